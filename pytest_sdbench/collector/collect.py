@@ -1,0 +1,229 @@
+"""Collection: for each point, warm the exact coordinate up unbooked, run it once more
+booked, and retain the one step the phase's measurement policy names. agg runs every
+prefill point, then every decode point, so no measured batch mixes the two phases.
+
+The observer is attached for the collection and detached afterwards, whatever happens.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from ..contract import (BOOKING_MEASURED, BOOKING_UNBOOKED, BOOKING_WARMUP, GRAPH_EAGER,
+                        KV_SEED_NONE, KV_SEED_REAL, PHASE_DECODE, PHASE_IDLE, PHASE_PREFILL,
+                        PHASES_BY_MODE, STEADY_STEP_INDEX, TIMER_FOR_SOURCE)
+from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
+from ..points import DecodePoint, Grid, GridError, PrefillPoint
+from .results import DecodeObservation, PrefillObservation, SkippedPoint
+from .shape import decode_mismatch, prefill_mismatch
+
+# The first token ids are special (pad, bos, eos) in most vocabularies; prompts avoid them.
+FIRST_PROMPT_TOKEN = 3
+
+
+@dataclass
+class CollectionResult:
+    mode: str
+    grid: Grid
+    prefill: list[PrefillObservation] = field(default_factory=list)
+    decode: list[DecodeObservation] = field(default_factory=list)
+    skipped: list[SkippedPoint] = field(default_factory=list)
+    sampling: dict = field(default_factory=dict)
+    elapsed_seconds: float = 0.0
+    measured_seconds: float = 0.0
+
+    @property
+    def completed(self) -> int:
+        return len(self.prefill) + len(self.decode)
+
+
+class PointFailed(RuntimeError):
+    """A point whose retained step could not be identified exactly."""
+
+
+def sampling_params(max_tokens: int):
+    """The run's generation sampling parameters; every request of a collection uses them."""
+    from vllm import SamplingParams
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
+                          detokenize=False)
+
+
+SAMPLING_DESCRIPTION = {"temperature": 0.0, "ignore_eos": True, "detokenize": False}
+
+
+def decode_max_tokens(draft_depth: int) -> int:
+    """Enough output for the steady step to verify a full K drafts."""
+    return 1 + 2 * (draft_depth + 1)
+
+
+def check_grid_fits(grid: Grid, engine) -> None:
+    """Reject, before anything runs, points this engine cannot run as one exact step."""
+    spec, block = engine.spec, engine.block_size
+    budget, seqs, max_len = spec.max_num_batched_tokens, spec.max_num_seqs, spec.max_model_len
+    errors = []
+    for i, p in enumerate(grid.prefill):
+        where = f"prefill[{i}]"
+        if p.batch_size > seqs:
+            errors.append(f"{where}.batch_size: {p.batch_size} exceeds max_num_seqs {seqs}")
+        if p.batch_size * p.new_tokens > budget:
+            errors.append(f"{where}: batch_size*new_tokens = {p.batch_size * p.new_tokens} "
+                          f"exceeds max_num_batched_tokens {budget}; the step would be chunked")
+        if p.cached_prefix_tokens % block:
+            errors.append(f"{where}.cached_prefix_tokens: must be a multiple of the KV block "
+                          f"size {block} to be an exact cache hit, got {p.cached_prefix_tokens}")
+        if p.cached_prefix_tokens and p.new_tokens <= block:
+            errors.append(f"{where}.new_tokens: a cached prefix needs new_tokens > the KV block "
+                          f"size {block} (with EAGLE vLLM recomputes the last matched block), "
+                          f"got {p.new_tokens}")
+        if p.cached_prefix_tokens + p.new_tokens + 1 > max_len:
+            errors.append(f"{where}: cached_prefix_tokens+new_tokens exceeds max_model_len "
+                          f"{max_len}")
+    for i, d in enumerate(grid.decode):
+        where = f"decode[{i}]"
+        if d.draft_depth != spec.draft_depth:
+            errors.append(f"{where}.draft_depth: the engine verifies K={spec.draft_depth} "
+                          f"drafts per step, got {d.draft_depth}")
+        if d.batch_size > seqs:
+            errors.append(f"{where}.batch_size: {d.batch_size} exceeds max_num_seqs {seqs}")
+        if d.batch_size * d.context_tokens > budget:
+            errors.append(f"{where}: batch_size*context_tokens = "
+                          f"{d.batch_size * d.context_tokens} exceeds max_num_batched_tokens "
+                          f"{budget}; admission would be chunked")
+        if d.context_tokens + decode_max_tokens(d.draft_depth) + d.draft_depth > max_len:
+            errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
+                          f"steady step within max_model_len {max_len}")
+        wanted = spec.synthetic_acceptance_length
+        if d.acceptance_length != wanted:
+            errors.append(f"{where}.acceptance_length: the engine's acceptance is "
+                          f"{engine.acceptance_control} (synthetic AL {wanted}), got "
+                          f"{d.acceptance_length}")
+    if errors:
+        raise GridError("grid does not fit the engine: " + "; ".join(errors))
+
+
+class Collector:
+    def __init__(self, engine, progress=None, seed: int = 0):
+        self.engine = engine
+        self.progress = progress or (lambda done, total, label: None)
+        self._rng = random.Random(seed)
+        self.observer: NativeObserver | None = None
+
+    # ---- prompts ----------------------------------------------------------------------
+    def _fresh(self, n: int) -> list[int]:
+        """Tokens no earlier prompt shares, so the only cache hits are the ones we seed."""
+        top = self.engine.vocab_size
+        return [self._rng.randrange(FIRST_PROMPT_TOKEN, top) for _ in range(n)]
+
+    # ---- runs -------------------------------------------------------------------------
+    def _run(self, prompts, max_tokens: int, booking: str):
+        with self.observer.window(booking) as window:
+            outputs = self.engine.generate(prompts, sampling_params(max_tokens))
+        steps = [r for r in window.records if r.snapshot.phase != PHASE_IDLE]
+        return steps, outputs
+
+    def _provenance(self) -> Provenance:
+        ident = self.engine.identity
+        return Provenance(device=self.engine.device, device_name=str(ident.device_name.value),
+                          timer=TIMER_FOR_SOURCE[self.observer.timer.source])
+
+    def _graph_mode(self, record) -> str:
+        if record.graph_mode:
+            return record.graph_mode
+        engine_mode = self.engine.identity.cudagraph_mode.value
+        if engine_mode == "none":
+            return GRAPH_EAGER
+        raise PointFailed(f"the engine runs CUDA graphs ({engine_mode}) but did not report how "
+                          f"iteration {record.native_iteration_id} ran")
+
+    def prefill_point(self, index: int, point: PrefillPoint) -> PrefillObservation:
+        # A real prefix: computed by an unbooked prefill and kept in the prefix cache. With
+        # EAGLE, vLLM drops the last matched block of a hit (the draft needs its hidden
+        # states), so a hit of P tokens needs P + one block cached and shared; that block
+        # is recomputed as the first of the point's new tokens.
+        shared = self._fresh(point.cached_prefix_tokens + self.engine.block_size
+                             if point.cached_prefix_tokens else 0)
+        if shared:
+            self._run([shared], 1, BOOKING_UNBOOKED)
+        for booking in (BOOKING_WARMUP, BOOKING_MEASURED):
+            prompts = [shared + self._fresh(point.new_tokens - len(shared) +
+                                            point.cached_prefix_tokens)
+                       for _ in range(point.batch_size)]
+            steps, outputs = self._run(prompts, 1, booking)
+        if len(steps) != 1:
+            raise PointFailed(f"single_step policy: the measured run took {len(steps)} steps")
+        (record,) = steps
+        snapshot = record.corrected_snapshot()
+        mismatch = prefill_mismatch(point, snapshot)
+        if mismatch:
+            raise PointFailed(f"the measured step's snapshot {mismatch}")
+        hits = tuple(int(o.num_cached_tokens or 0) for o in outputs)
+        if any(h != point.cached_prefix_tokens for h in hits):
+            raise PointFailed(f"cache hits {hits} differ from the point's cached prefix "
+                              f"{point.cached_prefix_tokens}")
+        return PrefillObservation(
+            point_index=index, point=point, native_iteration_id=record.native_iteration_id,
+            snapshot=snapshot, timing=record.timing, provenance=self._provenance(),
+            kv_seed_regime=KV_SEED_REAL if shared else KV_SEED_NONE, cache_hit_tokens=hits,
+            graph_mode=self._graph_mode(record))
+
+    def decode_point(self, index: int, point: DecodePoint) -> DecodeObservation:
+        for booking in (BOOKING_WARMUP, BOOKING_MEASURED):
+            prompts = [self._fresh(point.context_tokens) for _ in range(point.batch_size)]
+            steps, _ = self._run(prompts, decode_max_tokens(point.draft_depth), booking)
+        if len(steps) < STEADY_STEP_INDEX:
+            raise PointFailed(f"steady_step policy: the measured run took only {len(steps)} "
+                              "steps")
+        if steps[0].snapshot.phase != PHASE_PREFILL or len(steps[0].snapshot.requests) != \
+                point.batch_size:
+            raise PointFailed("the first step did not admit every request of the point at once")
+        record = steps[STEADY_STEP_INDEX - 1]
+        snapshot = record.corrected_snapshot()
+        mismatch = decode_mismatch(point, snapshot)
+        if mismatch:
+            raise PointFailed(f"the steady step's snapshot {mismatch}")
+        gained = record.accepted or {}
+        accepted = tuple(max(gained.get(r.request_id, 0) - 1, 0) for r in snapshot.requests)
+        observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
+        return DecodeObservation(
+            point_index=index, point=point, native_iteration_id=record.native_iteration_id,
+            step_index=STEADY_STEP_INDEX, snapshot=snapshot, timing=record.timing,
+            provenance=self._provenance(), accepted_tokens=accepted,
+            observed_acceptance_length=observed, graph_mode=self._graph_mode(record))
+
+    # ---- the whole collection -----------------------------------------------------------
+    def collect(self, mode: str, grid: Grid) -> CollectionResult:
+        phases = PHASES_BY_MODE[mode]
+        grid = grid.only(phases)
+        check_grid_fits(grid, self.engine)
+        result = CollectionResult(mode=mode, grid=grid, sampling=dict(SAMPLING_DESCRIPTION))
+        work = [(PHASE_PREFILL, i, p) for i, p in enumerate(grid.prefill)] + \
+               [(PHASE_DECODE, i, p) for i, p in enumerate(grid.decode)]
+        started = time.perf_counter()
+        self.observer = NativeObserver(self.engine.llm, timer_for(self.engine.device)).attach()
+        try:
+            for done, (phase, index, point) in enumerate(work):
+                self.progress(done, len(work), f"{phase}[{index}] {_label(point)}")
+                run = self.prefill_point if phase == PHASE_PREFILL else self.decode_point
+                try:
+                    observation = run(index, point)
+                except (PointFailed, TimingMissing) as exc:
+                    result.skipped.append(SkippedPoint(phase, index, str(exc)))
+                    continue
+                getattr(result, phase).append(observation)
+                result.measured_seconds += observation.timing.seconds
+            self.progress(len(work), len(work), "done")
+        finally:
+            self.observer.detach()
+        result.elapsed_seconds = time.perf_counter() - started
+        return result
+
+
+def _label(point) -> str:
+    if isinstance(point, PrefillPoint):
+        return (f"B={point.batch_size} new={point.new_tokens} "
+                f"prefix={point.cached_prefix_tokens}")
+    al = "natural" if point.acceptance_length is None else point.acceptance_length
+    return f"B={point.batch_size} ctx={point.context_tokens} K={point.draft_depth} AL={al}"

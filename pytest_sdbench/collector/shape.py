@@ -1,0 +1,33 @@
+"""Does a snapshot have exactly the shape of its point? One definition, used by the
+collector when it retains a step and by the validator when it reads an artifact."""
+
+from __future__ import annotations
+
+from ..contract import PHASE_DECODE, PHASE_PREFILL
+from ..observer.records import Snapshot
+from ..points import DecodePoint, PrefillPoint
+
+
+def _mismatch(snapshot: Snapshot, phase: str, batch: int, want: dict) -> str | None:
+    if snapshot.phase != phase:
+        return f"phase is {snapshot.phase!r}, the point is {phase!r}"
+    if len(snapshot.requests) != batch:
+        return f"holds {len(snapshot.requests)} requests, the point's batch_size is {batch}"
+    for i, request in enumerate(snapshot.requests):
+        for name, value in want.items():
+            got = getattr(request, name)
+            if got != value:
+                return f"requests[{i}].{name} is {got}, the point needs {value}"
+    return None
+
+
+def prefill_mismatch(point: PrefillPoint, snapshot: Snapshot) -> str | None:
+    return _mismatch(snapshot, PHASE_PREFILL, point.batch_size,
+                     {"new_tokens": point.new_tokens, "kv_tokens": point.cached_prefix_tokens,
+                      "draft_tokens": 0})
+
+
+def decode_mismatch(point: DecodePoint, snapshot: Snapshot) -> str | None:
+    return _mismatch(snapshot, PHASE_DECODE, point.batch_size,
+                     {"new_tokens": 1, "kv_tokens": point.context_tokens,
+                      "draft_tokens": point.draft_depth})

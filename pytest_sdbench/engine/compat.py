@@ -1,0 +1,168 @@
+"""The one place that knows vLLM's internals and how they differ between releases
+(0.26 on the GPU host, 0.32 on CPU). Everything else asks these functions."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+# The engine core and the worker must live in this process: the observer wraps the
+# scheduler and the worker of the running engine, and joins them through the very
+# SchedulerOutput object that the scheduler hands to the worker.
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+
+
+# The smallest KV block each device's attention backend takes: cached prefixes are whole
+# blocks, and small blocks keep small prefill points exact (the CPU backend wants multiples
+# of 32).
+BLOCK_SIZE = {"cpu": 32, "cuda": 16}
+
+
+def prepare_environment() -> None:
+    for key, value in IN_PROCESS_ENV.items():
+        os.environ[key] = value
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+
+
+def vllm_version() -> str:
+    import vllm
+    return vllm.__version__
+
+
+def device_type() -> str:
+    from vllm.platforms import current_platform
+    return "cuda" if current_platform.is_cuda() else current_platform.device_type
+
+
+def device_name() -> str:
+    if device_type() == "cuda":
+        import torch
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    return platform.processor() or platform.machine()
+
+
+def engine_core(llm) -> Any:
+    client = llm.llm_engine.engine_core
+    core = getattr(client, "engine_core", None)
+    if core is None:
+        raise RuntimeError("the vLLM engine core runs in another process; pytest-sdbench needs "
+                           "VLLM_ENABLE_V1_MULTIPROCESSING=0 set before the engine starts")
+    return core
+
+
+def scheduler(llm) -> Any:
+    return engine_core(llm).scheduler
+
+
+def worker(llm) -> Any:
+    executor = engine_core(llm).model_executor
+    driver = getattr(executor, "driver_worker", None)
+    if driver is None:
+        raise RuntimeError(f"executor {type(executor).__name__} has no in-process worker; "
+                           "pytest-sdbench supports the single-process executor")
+    return getattr(driver, "worker", driver)
+
+
+def vllm_config(llm) -> Any:
+    return llm.llm_engine.vllm_config
+
+
+def engine_kwargs(spec, device: str) -> dict:
+    """LLM(...) keyword arguments for a spec on this device."""
+    spec_cfg: dict = {"method": "eagle3", "model": spec.draft,
+                      "num_speculative_tokens": spec.draft_depth}
+    if spec.synthetic_acceptance_length is not None:
+        if device != "cuda":
+            raise ValueError("synthetic_acceptance_length: vLLM's synthetic rejection sampler "
+                             f"runs on CUDA only; this device is {device!r}")
+        spec_cfg.update(rejection_sample_method="synthetic",
+                        synthetic_acceptance_length=spec.synthetic_acceptance_length)
+    kwargs = dict(model=spec.target, skip_tokenizer_init=True, load_format="dummy",
+                  dtype="bfloat16", max_model_len=spec.max_model_len,
+                  max_num_seqs=spec.max_num_seqs,
+                  max_num_batched_tokens=spec.max_num_batched_tokens,
+                  kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
+                  block_size=spec.block_size or BLOCK_SIZE[device], enable_prefix_caching=True,
+                  speculative_config=spec_cfg,
+                  disable_log_stats=False, seed=spec.seed, enforce_eager=spec.enforce_eager)
+    if not spec.enforce_eager and spec.cudagraph_capture_sizes:
+        kwargs["compilation_config"] = {
+            "cudagraph_capture_sizes": list(spec.cudagraph_capture_sizes)}
+    if spec.async_scheduling is not None:
+        kwargs["async_scheduling"] = spec.async_scheduling
+    kwargs.update(spec.extra)
+    return kwargs
+
+
+# ---- reading a SchedulerOutput (the producer side) --------------------------------------
+
+def scheduled_requests(scheduler_output, sched) -> list[dict]:
+    """Per scheduled request: id, prompt length, computed (KV read) tokens, scheduled tokens,
+    draft tokens, preemption count. Read at schedule() time, before anything runs."""
+    rows = []
+    drafts = scheduler_output.scheduled_spec_decode_tokens or {}
+    computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
+    cached = scheduler_output.scheduled_cached_reqs
+    computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+    for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
+        request = sched.requests.get(req_id)
+        rows.append(dict(
+            request_id=req_id,
+            prompt_tokens=int(request.num_prompt_tokens) if request is not None else -1,
+            computed_tokens=int(computed[req_id]),
+            scheduled_tokens=int(num_scheduled),
+            draft_tokens=len(drafts.get(req_id, ())),
+            preemptions=int(getattr(request, "num_preemptions", 0) or 0),
+        ))
+    return rows
+
+
+def queue_lengths(sched) -> tuple[int, int]:
+    return len(sched.waiting), len(sched.running)
+
+
+def accepted_tokens(model_runner_output) -> dict[str, int]:
+    """Tokens each request gained from one step, as the host-side output carries them."""
+    sampled = model_runner_output.sampled_token_ids or []
+    return {req_id: len(sampled[i]) if i < len(sampled) else 0
+            for i, req_id in enumerate(model_runner_output.req_ids)}
+
+
+def cudagraph_mode_of_step(model_runner_output) -> str | None:
+    """How the engine ran the step, if the release reports it per step."""
+    stats = getattr(model_runner_output, "cudagraph_stats", None)
+    if stats is None:
+        return None
+    mode = getattr(stats, "runtime_mode", None) or getattr(stats, "cudagraph_runtime_mode", None)
+    return str(getattr(mode, "name", mode)).lower() if mode is not None else None
+
+
+# ---- engine facts for identity and KV capacity ------------------------------------------
+
+def draft_layer_names(llm) -> list[str]:
+    drafter = getattr(worker(llm).model_runner, "drafter", None)
+    return sorted(getattr(drafter, "_draft_attn_layer_names", ()) or ())
+
+
+def kv_cache_groups(llm) -> list[dict]:
+    config = worker(llm).model_runner.kv_cache_config
+    groups = []
+    for group in config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        groups.append(dict(layer_names=list(group.layer_names),
+                           block_size=int(spec.block_size),
+                           spec_type=type(spec).__name__))
+    return groups
+
+
+def kv_num_blocks(llm) -> int:
+    return int(worker(llm).model_runner.kv_cache_config.num_blocks)
+
+
+def attention_backends(llm) -> list[str]:
+    names = set()
+    for groups in worker(llm).model_runner.attn_groups:
+        for group in groups:
+            names.add(group.backend.get_name())
+    return sorted(names)

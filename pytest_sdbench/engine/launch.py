@@ -1,0 +1,71 @@
+"""Start and stop the engine: an in-process vLLM LLM with an EAGLE3 draft."""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+
+from ..contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC
+from . import compat
+from .facts import ExecutionIdentity, KVCapacity, resolve_identity, resolve_kv_capacity
+from .spec import EngineSpec
+
+
+@dataclass
+class SdbenchEngine:
+    """A started engine and the facts resolved right after start-up."""
+    spec: EngineSpec
+    llm: object
+    device: str
+    identity: ExecutionIdentity
+    kv_capacity: KVCapacity
+    start_seconds: float
+    closed: bool = False
+
+    @property
+    def block_size(self) -> int:
+        return self.kv_capacity.block_size
+
+    @property
+    def vocab_size(self) -> int:
+        return int(compat.vllm_config(self.llm).model_config.get_vocab_size())
+
+    @property
+    def acceptance_control(self) -> str:
+        return (ACCEPTANCE_SYNTHETIC if self.spec.synthetic_acceptance_length is not None
+                else ACCEPTANCE_NATURAL)
+
+    def generate(self, prompts: list[list[int]], sampling_params):
+        if self.closed:
+            raise RuntimeError("engine is shut down")
+        return self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params,
+                                 use_tqdm=False)
+
+    def shutdown(self) -> None:
+        """Stop the engine core and free its memory; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.llm.llm_engine.engine_core.shutdown()
+        finally:
+            self.llm = None
+            gc.collect()
+            if self.device == "cuda":
+                import torch
+                torch.cuda.empty_cache()
+
+
+def start_engine(spec: EngineSpec) -> SdbenchEngine:
+    compat.prepare_environment()
+    from vllm import LLM  # imported late: the environment above must be set first
+    device = compat.device_type()
+    kwargs = compat.engine_kwargs(spec, device)
+    started = time.perf_counter()
+    llm = LLM(**kwargs)
+    seconds = time.perf_counter() - started
+    acceptance = ACCEPTANCE_SYNTHETIC if spec.synthetic_acceptance_length else ACCEPTANCE_NATURAL
+    return SdbenchEngine(spec=spec, llm=llm, device=device,
+                         identity=resolve_identity(llm, acceptance),
+                         kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)

@@ -1,0 +1,97 @@
+"""Model presets built locally: a Qwen3 target and a one-layer EAGLE3 draft of equal width,
+written as config.json files and loaded with dummy weights. No hub access, ever.
+
+The draft shares the target's embedding and LM head under load_format="dummy", so hidden size,
+head shape and vocabulary stay equal to the target's. The three aux layers are named
+explicitly: a few-layer target makes vLLM's default (2, n//2, n-3) collapse to two ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DRAFT_ARCHITECTURE = "LlamaForCausalLMEagle3"
+TARGET_ARCHITECTURE = "Qwen3ForCausalLM"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    aux_layer_ids: tuple[int, int, int]
+    max_position_embeddings: int = 40960
+
+    def common(self) -> dict:
+        return dict(
+            hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
+            vocab_size=self.vocab_size, max_position_embeddings=self.max_position_embeddings,
+            rms_norm_eps=1e-6, rope_theta=1_000_000.0, torch_dtype="bfloat16",
+            bos_token_id=1, eos_token_id=2, hidden_act="silu",
+        )
+
+    def target_config(self) -> dict:
+        return dict(self.common(), architectures=[TARGET_ARCHITECTURE], model_type="qwen3",
+                    num_hidden_layers=self.num_hidden_layers, tie_word_embeddings=True,
+                    attention_bias=False)
+
+    def draft_config(self) -> dict:
+        aux = list(self.aux_layer_ids)
+        # vLLM 0.26 reads the top-level key; newer releases also read eagle_config.
+        return dict(self.common(), architectures=[DRAFT_ARCHITECTURE], model_type="llama",
+                    num_hidden_layers=1, draft_vocab_size=self.vocab_size,
+                    tie_word_embeddings=False, eagle_aux_hidden_state_layer_ids=aux,
+                    eagle_config={"eagle_aux_hidden_state_layer_ids": aux,
+                                  "use_aux_hidden_state": True})
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("tiny", "4-layer Qwen3 (hidden 256) + 1-layer EAGLE3 draft; sized for CPU",
+               hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=4096,
+               aux_layer_ids=(1, 2, 3), max_position_embeddings=4096),
+        Preset("qwen3-0.6b", "Qwen3-0.6B's public architecture + matching 1-layer EAGLE3 head",
+               hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+               num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+               aux_layer_ids=(2, 14, 25)),
+    )
+}
+DEFAULT_PRESET = "tiny"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    text = json.dumps(data, indent=2, sort_keys=True)
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def materialize(preset_name: str, root: Path) -> tuple[Path, Path]:
+    """Write the preset's target and draft config directories under root; return both paths."""
+    if preset_name not in PRESETS:
+        raise ValueError(f"model preset: unknown value {preset_name!r}; "
+                         f"choose one of {sorted(PRESETS)}")
+    preset = PRESETS[preset_name]
+    digest = hashlib.sha256(json.dumps([preset.target_config(), preset.draft_config()],
+                                       sort_keys=True).encode()).hexdigest()[:12]
+    base = root / f"{preset.name}-{digest}"
+    target, draft = base / "target", base / "draft"
+    target.mkdir(parents=True, exist_ok=True)
+    draft.mkdir(parents=True, exist_ok=True)
+    _write_json(target / "config.json", preset.target_config())
+    _write_json(draft / "config.json", preset.draft_config())
+    return target, draft

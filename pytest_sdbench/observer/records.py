@@ -1,0 +1,76 @@
+"""What the observer records: a snapshot frozen at schedule() time, a timing sample for the
+same native iteration ID, and their join. These types are also the artifact's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..contract import PHASE_DECODE, PHASE_IDLE, PHASE_MIXED, PHASE_PREFILL
+
+
+@dataclass(frozen=True)
+class RequestSnapshot:
+    """One scheduled request: new tokens (excluding drafts), KV tokens read, draft tokens."""
+    request_id: str
+    prompt_tokens: int
+    new_tokens: int
+    kv_tokens: int
+    draft_tokens: int
+    preemptions: int
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.kv_tokens < self.prompt_tokens
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """The scheduler's queues right after it emitted the iteration."""
+    waiting: int
+    running: int
+
+
+@dataclass(frozen=True)
+class RejectionCorrection:
+    """KV tokens an in-flight snapshot over-counted because iteration from_iteration_id
+    rejected draft tokens, keyed by request and preemption count."""
+    request_id: str
+    preemptions: int
+    from_iteration_id: int
+    rejected_tokens: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The workload of one iteration, frozen when the scheduler emitted it."""
+    native_iteration_id: int
+    phase: str
+    booking: str
+    requests: tuple[RequestSnapshot, ...]
+    queue: QueueSnapshot
+    total_scheduled_tokens: int
+    corrections: tuple[RejectionCorrection, ...] = ()
+
+    @staticmethod
+    def phase_of(requests) -> str:
+        kinds = {PHASE_PREFILL if r.in_prefill else PHASE_DECODE for r in requests}
+        if not kinds:
+            return PHASE_IDLE
+        return kinds.pop() if len(kinds) == 1 else PHASE_MIXED
+
+
+@dataclass(frozen=True)
+class TimingSample:
+    """The engine's own time for one iteration, labelled with where it came from."""
+    native_iteration_id: int
+    seconds: float
+    scope: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Which timer, on which device, produced a sample."""
+    device: str
+    device_name: str
+    timer: str

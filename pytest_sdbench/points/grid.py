@@ -1,0 +1,124 @@
+"""Points of the sweep. A prefill point is (batch, new tokens, cached prefix); a decode point
+is (batch, context, draft depth K, acceptance length). A grid manifest is JSON:
+
+    {"prefill": [{"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 0}, ...],
+     "decode":  [{"batch_size": 4, "context_tokens": 512, "draft_depth": 3,
+                  "acceptance_length": null}, ...]}
+
+Errors name the exact field, e.g. ``decode[3].batch_size: must be >= 1, got 0``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import typed
+
+
+class GridError(ValueError):
+    """A grid that cannot be collected; the message lists every offending field."""
+
+
+@dataclass(frozen=True)
+class PrefillPoint:
+    """One prefill coordinate: B requests, each with new_tokens after a cached prefix."""
+    batch_size: int
+    new_tokens: int
+    cached_prefix_tokens: int
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    """One decode coordinate: B running requests reading context_tokens of KV each, verifying
+    draft_depth draft tokens; acceptance_length is the requested AL (null: natural)."""
+    batch_size: int
+    context_tokens: int
+    draft_depth: int
+    acceptance_length: float | None = None
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The points of a collection, in order."""
+    prefill: tuple[PrefillPoint, ...] = ()
+    decode: tuple[DecodePoint, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.prefill) + len(self.decode)
+
+    def only(self, phases) -> "Grid":
+        return Grid(prefill=self.prefill if "prefill" in phases else (),
+                    decode=self.decode if "decode" in phases else ())
+
+
+def _point_errors(grid: Grid) -> list[str]:
+    errors = []
+    for i, p in enumerate(grid.prefill):
+        for name in ("batch_size", "new_tokens"):
+            if getattr(p, name) < 1:
+                errors.append(f"prefill[{i}].{name}: must be >= 1, got {getattr(p, name)}")
+        if p.cached_prefix_tokens < 0:
+            errors.append(f"prefill[{i}].cached_prefix_tokens: must be >= 0, "
+                          f"got {p.cached_prefix_tokens}")
+    for i, d in enumerate(grid.decode):
+        for name in ("batch_size", "context_tokens", "draft_depth"):
+            if getattr(d, name) < 1:
+                errors.append(f"decode[{i}].{name}: must be >= 1, got {getattr(d, name)}")
+        al = d.acceptance_length
+        if al is not None and not (1.0 <= al <= d.draft_depth + 1):
+            errors.append(f"decode[{i}].acceptance_length: must lie in [1, draft_depth+1 = "
+                          f"{d.draft_depth + 1}], got {al}")
+    for phase, points in (("prefill", grid.prefill), ("decode", grid.decode)):
+        seen: dict = {}
+        for i, p in enumerate(points):
+            if p in seen:
+                errors.append(f"{phase}[{i}]: duplicates {phase}[{seen[p]}]")
+            seen.setdefault(p, i)
+    return errors
+
+
+def parse_grid(data) -> Grid:
+    """A Grid from manifest JSON data; raises GridError naming every bad field."""
+    try:
+        grid = typed.decode(Grid, data)
+    except typed.DecodeError as exc:
+        raise GridError("invalid grid: " + "; ".join(exc.errors)) from None
+    errors = _point_errors(grid)
+    if errors:
+        raise GridError("invalid grid: " + "; ".join(errors))
+    return grid
+
+
+def load_grid(path: str | Path) -> Grid:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise GridError(f"grid manifest {path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise GridError(f"grid manifest {path}: not JSON ({exc})") from None
+    return parse_grid(data)
+
+
+def grid_digest(grid: Grid) -> str:
+    """sha256 of the canonical grid JSON: the identity of what was asked for."""
+    text = json.dumps(typed.encode(grid), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),
+                 large: bool = False) -> Grid:
+    """The built-in sweep. Cached prefixes are whole KV blocks, so that a real prefix is
+    a cache hit of exactly that many tokens."""
+    if large:  # a real-width model on a GPU
+        batches, news, contexts = (1, 4, 8), (128, 512), (512, 2048)
+    else:      # the tiny preset on a CPU
+        batches, news, contexts = (1, 4), (64, 256), (128, 512)
+    prefixes = (0, 2 * block_size)
+    prefill = tuple(PrefillPoint(b, n, p) for b, n, p in itertools.product(batches, news, prefixes))
+    decode = tuple(DecodePoint(b, c, draft_depth, al)
+                   for al, b, c in itertools.product(acceptance_lengths, batches, contexts))
+    return parse_grid(typed.encode(Grid(prefill, decode)))
