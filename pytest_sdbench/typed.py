@@ -9,6 +9,8 @@ and missing keys are errors. Every error carries the path of the value, e.g.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import types
 import typing
@@ -197,3 +199,9 @@ def _schema(tp, defs):
             }
         return {"$ref": f"#/$defs/{name}"}
     raise TypeError(f"unsupported type {tp!r}")
+
+
+def digest(value) -> str:
+    """sha256 of the canonical JSON (sorted keys, compact) of a dataclass tree or JSON data."""
+    text = json.dumps(encode(value), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
