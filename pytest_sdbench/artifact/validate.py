@@ -19,6 +19,7 @@ from ..contract import (ACCEPTANCE_CONTROLS, ARTIFACT_KIND, BOOKING_MEASURED, DE
                         PHASE_PREFILL, PHASES_BY_MODE, POLICY_BY_PHASE, SCHEMA_VERSION,
                         SOURCE_FOR_DEVICE, STATUS_COMPLETE, STATUSES, STEADY_STEP_INDEX,
                         TIME_UNIT, TIMER_FOR_SOURCE, TIMING_SCOPES)
+from ..observer.records import Snapshot
 from ..points import grid_digest
 from .model import Artifact
 
@@ -218,6 +219,10 @@ def _check_observation(a: Artifact, phase, obs, where, points, err, legacy) -> N
     if snap.phase != phase:
         err(f"{where}.snapshot.phase: {snap.phase!r} in a {phase} observation; a measured "
             "batch never mixes prefill and decode work")
+    elif Snapshot.phase_of(snap.requests) != snap.phase:
+        err(f"{where}.snapshot.phase: recorded {snap.phase!r}, but its requests make it "
+            f"{Snapshot.phase_of(snap.requests)!r}; a measured batch never mixes prefill and "
+            "decode work")
     if snap.total_scheduled_tokens != sum(r.new_tokens + r.draft_tokens for r in snap.requests):
         err(f"{where}.snapshot.total_scheduled_tokens: {snap.total_scheduled_tokens} != the "
             "requests' new + draft tokens")

@@ -1,0 +1,218 @@
+"""The pytest plugin: options, markers, fixtures and reporting. Installed through the
+``pytest11`` entry point, so installing pytest-sdbench is enough to use it.
+
+Fixtures (session scope, one engine per pytest-xdist worker):
+  sdbench_engine      the started target + EAGLE3 engine (shut down at session end)
+  sdbench_grid        the grid of points (--sdbench-grid, or the preset's default)
+  sdbench_collect     collect(mode=None, grid=None) -> CollectionRun: collect on the engine,
+                      validate, write the artifact; restores the engine afterwards
+  sdbench_collection  the collection for --sdbench-mode, run once per session
+Markers:
+  sdbench_vram(gib)   skip when the CUDA device has less free memory; fail when the NVML
+                      peak while the test runs exceeds the mark
+  sdbench_cuda        needs a CUDA device; skipped with the reason otherwise
+  sdbench_engine      starts a vLLM engine (select with -m)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from . import hooks, vram
+from .contract import DEFAULT_DRAFT_DEPTH, MODE_AGG, MODES
+from .engine import DEFAULT_PRESET, PRESETS
+
+ARTIFACTS_KEY = "sdbench_artifacts"      # workeroutput key (pytest-xdist)
+DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
+VRAM_BASELINE = pytest.StashKey[float]()
+ARTIFACT_LINES = pytest.StashKey[list]()
+VRAM_LINES = pytest.StashKey[list]()
+
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("sdbench", "speculative-decoding forward-pass profile (vLLM EAGLE3)")
+    group.addoption("--sdbench-mode", choices=MODES, default=MODE_AGG,
+                    help="phases to collect: prefill, decode, or agg (both, never mixed in "
+                         "one batch); default agg")
+    group.addoption("--sdbench-preset", choices=sorted(PRESETS), default=DEFAULT_PRESET,
+                    help=f"built-in model preset with dummy weights (default {DEFAULT_PRESET})")
+    group.addoption("--sdbench-model", default=None, metavar="DIR",
+                    help="target checkpoint directory (instead of a preset)")
+    group.addoption("--sdbench-draft", default=None, metavar="DIR",
+                    help="EAGLE3 draft checkpoint directory (with --sdbench-model)")
+    group.addoption("--sdbench-k", type=int, default=DEFAULT_DRAFT_DEPTH, metavar="K",
+                    help=f"draft depth K (default {DEFAULT_DRAFT_DEPTH})")
+    group.addoption("--sdbench-grid", default=None, metavar="JSON",
+                    help="grid manifest (JSON) instead of the preset's default grid")
+    group.addoption("--sdbench-artifact-dir", default=None, metavar="DIR",
+                    help=f"where artifacts are written (default <rootdir>/{DEFAULT_ARTIFACT_DIR})")
+    group.addoption("--sdbench-cuda-graphs", action="store_true",
+                    help="CUDA: run the engine with CUDA graphs (default eager)")
+    group.addoption("--sdbench-acceptance-length", type=float, default=None, metavar="AL",
+                    help="CUDA: synthetic acceptance length for decode points")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sdbench_vram(gib): needs gib GiB of free CUDA memory; "
+                            "fails if the NVML peak while the test runs exceeds gib")
+    config.addinivalue_line("markers", "sdbench_cuda: needs a CUDA device")
+    config.addinivalue_line("markers", "sdbench_engine: starts a vLLM engine")
+    config.stash[ARTIFACT_LINES] = []
+    config.stash[VRAM_LINES] = []
+
+
+# ---- markers ------------------------------------------------------------------------------
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("sdbench_cuda") or item.get_closest_marker("sdbench_vram"):
+        if not vram.cuda_available():
+            pytest.skip("needs a CUDA device; none is visible (CPU-only machine)")
+    mark = item.get_closest_marker("sdbench_vram")
+    if mark is not None:
+        gib = _vram_mark(mark)
+        free = vram.PeakSampler().free_gib()
+        if free < gib:
+            pytest.skip(f"needs {gib} GiB of free CUDA memory; {free:.2f} GiB free")
+
+
+def _vram_mark(mark) -> float:
+    if len(mark.args) != 1 or isinstance(mark.args[0], bool) or \
+            not isinstance(mark.args[0], (int, float)) or mark.args[0] <= 0:
+        raise pytest.UsageError(f"sdbench_vram takes one positive number of GiB, got "
+                                f"{mark.args!r}")
+    return float(mark.args[0])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    mark = item.get_closest_marker("sdbench_vram")
+    if mark is None or not vram.cuda_available():
+        return (yield)
+    gib = _vram_mark(mark)
+    with vram.PeakSampler() as sampler:
+        result = yield
+    peak = sampler.peak_gib
+    line = f"{item.nodeid}: NVML peak {peak:.2f} GiB used on the device (mark {gib} GiB)"
+    item.config.stash[VRAM_LINES].append(line)
+    item.user_properties.append(("sdbench_vram_peak_gib", round(peak, 3)))
+    if peak > gib:
+        pytest.fail(f"peak device memory {peak:.2f} GiB exceeds the sdbench_vram mark of "
+                    f"{gib} GiB")
+    return result
+
+
+# ---- fixtures -----------------------------------------------------------------------------
+
+def _worker_id(config) -> str | None:
+    return getattr(config, "workerinput", {}).get("workerid")
+
+
+def artifact_dir(config) -> Path:
+    chosen = config.getoption("--sdbench-artifact-dir")
+    return Path(chosen) if chosen else Path(config.rootpath) / DEFAULT_ARTIFACT_DIR
+
+
+def _progress(config):
+    """Progress lines on the terminal while a long collection runs (capture suspended)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    started = time.perf_counter()
+
+    def show(done: int, total: int, label: str) -> None:
+        if reporter is None:
+            return
+        text = f"sdbench [{done}/{total}] {label} ({time.perf_counter() - started:.1f} s)"
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.write_line(text)
+        else:
+            reporter.write_line(text)
+    return show
+
+
+@pytest.fixture(scope="session")
+def sdbench_engine_spec(pytestconfig):
+    from .session import engine_spec
+    opt = pytestconfig.getoption
+    try:
+        return engine_spec(preset=opt("--sdbench-preset"), model=opt("--sdbench-model"),
+                           draft=opt("--sdbench-draft"), draft_depth=opt("--sdbench-k"),
+                           cuda_graphs=opt("--sdbench-cuda-graphs"),
+                           acceptance_length=opt("--sdbench-acceptance-length"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def sdbench_engine(sdbench_engine_spec):
+    from .engine import start_engine
+    engine = start_engine(sdbench_engine_spec)
+    try:
+        yield engine
+    finally:
+        engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def sdbench_grid(pytestconfig, sdbench_engine):
+    from .points import GridError
+    from .session import grid_for
+    try:
+        return grid_for(sdbench_engine, pytestconfig.getoption("--sdbench-grid"))
+    except GridError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
+    from .session import collect_to_artifact, describe
+
+    def collect(mode: str | None = None, grid=None):
+        mode = mode or pytestconfig.getoption("--sdbench-mode")
+        run = collect_to_artifact(sdbench_engine, mode, grid or sdbench_grid,
+                                  artifact_dir(pytestconfig), worker=_worker_id(pytestconfig),
+                                  progress=_progress(pytestconfig))
+        pytestconfig.stash[ARTIFACT_LINES].append(describe(run))
+        pytestconfig.hook.pytest_sdbench_artifact_written(
+            config=pytestconfig, path=run.path, artifact=run.artifact)
+        return run
+    return collect
+
+
+@pytest.fixture(scope="session")
+def sdbench_collection(sdbench_collect):
+    return sdbench_collect()
+
+
+# ---- reporting ----------------------------------------------------------------------------
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if hasattr(config, "workeroutput"):  # an xdist worker hands its lines to the controller
+        config.workeroutput[ARTIFACTS_KEY] = list(config.stash[ARTIFACT_LINES])
+        config.workeroutput[ARTIFACTS_KEY + "_vram"] = list(config.stash[VRAM_LINES])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    output = getattr(node, "workeroutput", {}) or {}
+    node.config.stash[ARTIFACT_LINES].extend(output.get(ARTIFACTS_KEY, []))
+    node.config.stash[VRAM_LINES].extend(output.get(ARTIFACTS_KEY + "_vram", []))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    lines, peaks = config.stash[ARTIFACT_LINES], config.stash[VRAM_LINES]
+    if not lines and not peaks:
+        return
+    terminalreporter.section("sdbench")
+    for line in lines:
+        terminalreporter.write_line(f"artifact: {line}")
+    for line in peaks:
+        terminalreporter.write_line(f"vram: {line}")
