@@ -12,6 +12,18 @@ from .facts import ExecutionIdentity, KVCapacity, resolve_identity, resolve_kv_c
 from .spec import EngineSpec
 
 
+PROBE_PROMPT_TOKENS, PROBE_MAX_TOKENS = 48, 16
+
+
+@dataclass(frozen=True)
+class ServingProbe:
+    """An ordinary request's greedy output, and which attributes the engine instances hold:
+    taken right after start-up, and again after a benchmark, they must be equal."""
+    tokens: tuple[int, ...]
+    scheduler_attrs: frozenset
+    worker_attrs: frozenset
+
+
 @dataclass
 class SdbenchEngine:
     """A started engine and the facts resolved right after start-up."""
@@ -21,6 +33,7 @@ class SdbenchEngine:
     identity: ExecutionIdentity
     kv_capacity: KVCapacity
     start_seconds: float
+    baseline: "ServingProbe | None" = None
     closed: bool = False
 
     @property
@@ -41,6 +54,17 @@ class SdbenchEngine:
             raise RuntimeError("engine is shut down")
         return self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params,
                                  use_tqdm=False)
+
+    def probe(self) -> "ServingProbe":
+        """Serve one ordinary greedy request and note the engine's installed attributes."""
+        from vllm import SamplingParams
+        prompt = [(7 * i) % (self.vocab_size - 3) + 3 for i in range(PROBE_PROMPT_TOKENS)]
+        params = SamplingParams(temperature=0.0, max_tokens=PROBE_MAX_TOKENS, ignore_eos=True,
+                                detokenize=False)
+        (output,) = self.generate([prompt], params)
+        return ServingProbe(tokens=tuple(output.outputs[0].token_ids),
+                            scheduler_attrs=frozenset(vars(compat.scheduler(self.llm))),
+                            worker_attrs=frozenset(vars(compat.worker(self.llm))))
 
     def shutdown(self) -> None:
         """Stop the engine core and free its memory; idempotent."""
@@ -66,6 +90,8 @@ def start_engine(spec: EngineSpec) -> SdbenchEngine:
     llm = LLM(**kwargs)
     seconds = time.perf_counter() - started
     acceptance = ACCEPTANCE_SYNTHETIC if spec.synthetic_acceptance_length else ACCEPTANCE_NATURAL
-    return SdbenchEngine(spec=spec, llm=llm, device=device,
-                         identity=resolve_identity(llm, acceptance),
-                         kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)
+    engine = SdbenchEngine(spec=spec, llm=llm, device=device,
+                           identity=resolve_identity(llm, acceptance),
+                           kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)
+    engine.baseline = engine.probe()
+    return engine

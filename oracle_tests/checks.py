@@ -1,0 +1,46 @@
+"""Exactness checks shared by the oracle tests: each returns a list of violations."""
+
+from pytest_sdbench.collector import decode_mismatch, prefill_mismatch
+from pytest_sdbench.contract import BOOKING_MEASURED, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
+
+
+def observation_violations(artifact) -> list[str]:
+    problems = []
+    ids = [o.native_iteration_id for o in (*artifact.prefill, *artifact.decode)]
+    if len(ids) != len(set(ids)):
+        problems.append(f"native ids repeat: {ids}")
+    for phase, observations, mismatch in (("prefill", artifact.prefill, prefill_mismatch),
+                                          ("decode", artifact.decode, decode_mismatch)):
+        for o in observations:
+            where = f"{phase}[{o.point_index}]"
+            if not o.native_iteration_id == o.snapshot.native_iteration_id == \
+                    o.timing.native_iteration_id:
+                problems.append(f"{where}: ids {o.native_iteration_id}/"
+                                f"{o.snapshot.native_iteration_id}/{o.timing.native_iteration_id}")
+            shape = mismatch(o.point, o.snapshot)
+            if shape:
+                problems.append(f"{where}: {shape}")
+            if o.snapshot.queue.running != o.point.batch_size or o.snapshot.queue.waiting:
+                problems.append(f"{where}: queue {o.snapshot.queue} for batch "
+                                f"{o.point.batch_size}")
+            if o.snapshot.booking != BOOKING_MEASURED:
+                problems.append(f"{where}: booking {o.snapshot.booking}")
+            if o.timing.source != SOURCE_FOR_DEVICE[artifact.device] or \
+                    o.timing.scope != SCOPE_MODEL_STEP or not o.timing.seconds > 0:
+                problems.append(f"{where}: timing {o.timing}")
+    return problems
+
+
+def restoration_violations(engine) -> list[str]:
+    """After a benchmark: the engine holds what it held at start-up and serves the same."""
+    after = engine.probe()
+    problems = []
+    if after.scheduler_attrs != engine.baseline.scheduler_attrs:
+        problems.append(f"scheduler attributes differ: "
+                        f"{sorted(after.scheduler_attrs ^ engine.baseline.scheduler_attrs)}")
+    if after.worker_attrs != engine.baseline.worker_attrs:
+        problems.append(f"worker attributes differ: "
+                        f"{sorted(after.worker_attrs ^ engine.baseline.worker_attrs)}")
+    if after.tokens != engine.baseline.tokens:
+        problems.append(f"greedy output changed: {after.tokens} vs {engine.baseline.tokens}")
+    return problems

@@ -1,0 +1,118 @@
+"""Collection on the real vLLM engine (CPU in CI): each mode, cached prefixes, restoration,
+and the join failing closed when a timing sample is dropped or shifted."""
+
+import copy
+
+import pytest
+
+from pytest_sdbench import typed
+from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.contract import STATUS_COMPLETE, STATUS_PARTIAL
+from pytest_sdbench.observer import HostTimer, timer_for
+from pytest_sdbench.points import parse_grid
+
+from oracle_tests.checks import observation_violations, restoration_violations
+
+pytestmark = pytest.mark.sdbench_engine
+
+
+@pytest.fixture(scope="module")
+def small_grid(sdbench_engine):
+    block, k = sdbench_engine.block_size, sdbench_engine.spec.draft_depth
+    al = sdbench_engine.spec.synthetic_acceptance_length
+    return parse_grid({
+        "prefill": [{"batch_size": 2, "new_tokens": 48, "cached_prefix_tokens": 0},
+                    {"batch_size": 2, "new_tokens": 2 * block, "cached_prefix_tokens": block}],
+        "decode": [{"batch_size": 1, "context_tokens": 96, "draft_depth": k,
+                    "acceptance_length": al},
+                   {"batch_size": 3, "context_tokens": 64, "draft_depth": k,
+                    "acceptance_length": al}]})
+
+
+@pytest.mark.parametrize("mode, prefill, decode", [("prefill", 2, 0), ("decode", 0, 2),
+                                                   ("agg", 2, 2)])
+def test_each_mode_collects_exact_observations(sdbench_collect, small_grid, mode, prefill,
+                                               decode):
+    run = sdbench_collect(mode, small_grid)
+    a = run.artifact
+    assert (len(a.prefill), len(a.decode)) == (prefill, decode)
+    assert a.status == STATUS_COMPLETE and a.mode == mode
+    assert observation_violations(a) == []
+    assert run.path.is_file() and validate_data(typed.encode(a)).ok
+
+
+def test_cached_prefix_point_is_a_verified_hit(sdbench_collect, small_grid, sdbench_engine):
+    run = sdbench_collect("prefill", small_grid)
+    (cached,) = [o for o in run.artifact.prefill if o.point.cached_prefix_tokens]
+    block = sdbench_engine.block_size
+    assert cached.kv_seed_regime == "real_prefix"
+    assert cached.cache_hit_tokens == (block, block)
+    assert [r.kv_tokens for r in cached.snapshot.requests] == [block, block]
+    assert [r.new_tokens for r in cached.snapshot.requests] == [2 * block, 2 * block]
+
+
+def test_engine_restored_and_serving_after_collection(sdbench_collect, small_grid,
+                                                      sdbench_engine):
+    sdbench_collect("agg", small_grid)
+    assert restoration_violations(sdbench_engine) == []
+
+
+class _Faulty:
+    """A timer that drops, or re-labels with the next ID, the sample of one iteration."""
+
+    def __init__(self, inner, victim: int, fault: str):
+        self.inner, self.victim, self.fault, self.count = inner, victim, fault, 0
+        self.source = inner.source
+
+    def start(self, iid):
+        self.inner.start(iid)
+
+    def stop(self, iid):
+        self.count += 1
+        if self.count == self.victim and self.fault == "drop":
+            self.inner._open.pop(iid)
+            return
+        if self.count == self.victim and self.fault == "shift":
+            self.inner._open[iid + 1] = self.inner._open.pop(iid)
+            iid += 1
+        self.inner.stop(iid)
+
+    def poll(self):
+        return self.inner.poll()
+
+    def drain(self):
+        return self.inner.drain()
+
+
+@pytest.mark.parametrize("fault", ["drop", "shift"])
+def test_a_dropped_or_shifted_timing_sample_fails_its_point(sdbench_collect, small_grid,
+                                                            monkeypatch, fault):
+    import pytest_sdbench.collector.collect as collect_module
+    if not isinstance(timer_for("cpu"), HostTimer):
+        pytest.skip("fault injection wraps the host timer")
+    # Every prefill point runs warm-up then measured; each run is one step. Hit the measured
+    # step of the first point (its 2nd timed step).
+    monkeypatch.setattr(collect_module, "timer_for",
+                        lambda device: _Faulty(timer_for(device), victim=2, fault=fault))
+    run = sdbench_collect("prefill", small_grid)
+    a = run.artifact
+    assert a.status == STATUS_PARTIAL
+    (skipped,) = a.coverage.skipped_points
+    assert skipped.point_index == 0 and "no timing sample arrived" in skipped.reason
+    assert [o.point_index for o in a.prefill] == [1]
+    assert observation_violations(a) == []
+
+
+def test_real_observations_with_a_timing_removed_or_shifted_are_rejected(sdbench_collect,
+                                                                         small_grid):
+    data = typed.encode(sdbench_collect("decode", small_grid).artifact)
+    assert validate_data(data).ok
+    removed = copy.deepcopy(data)
+    del removed["decode"][0]["timing"]
+    assert "decode[0].timing: missing" in validate_data(removed).errors
+    shifted = copy.deepcopy(data)
+    first, second = shifted["decode"][0], shifted["decode"][1]
+    first["timing"], second["timing"] = second["timing"], first["timing"]
+    errors = "\n".join(validate_data(shifted).errors)
+    assert "decode[0].timing.native_iteration_id" in errors
+    assert "decode[1].timing.native_iteration_id" in errors
