@@ -116,7 +116,9 @@ def _worker_id(config) -> str | None:
 
 def artifact_dir(config) -> Path:
     chosen = config.getoption("--sdbench-artifact-dir")
-    return Path(chosen) if chosen else Path(config.rootpath) / DEFAULT_ARTIFACT_DIR
+    if chosen:  # relative to where pytest was invoked, reported as an absolute path
+        return (Path(config.invocation_params.dir) / chosen).resolve()
+    return Path(config.rootpath) / DEFAULT_ARTIFACT_DIR
 
 
 def _progress(config):

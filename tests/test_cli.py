@@ -1,0 +1,83 @@
+"""`sdbench validate | show | compare` on real and broken artifacts; exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_sdbench.cli import main
+
+from .conftest import FIXTURES
+
+REAL = FIXTURES / "cpu-agg-v3.json"
+
+
+def test_validate_exit_codes(tmp_path, capsys):
+    assert main(["validate", str(REAL)]) == 0
+    assert "VALID" in capsys.readouterr().out
+    broken = json.loads(REAL.read_text())
+    broken["decode"][0]["timing"]["source"] = "cuda_event"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(broken))
+    assert main(["validate", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "INVALID" in out and "decode[0].timing.source: 'cuda_event'" in out
+    (tmp_path / "text.json").write_text("not json")
+    assert main(["validate", str(tmp_path / "text.json")]) == 2
+    assert main(["validate", str(tmp_path / "absent.json")]) == 2
+    assert "no such file" in capsys.readouterr().out
+
+
+def test_validate_prints_every_violation(tmp_path, capsys):
+    broken = json.loads(REAL.read_text())
+    broken["prefill"][0]["timing"]["seconds"] = -1.0
+    broken["decode"][1]["snapshot"]["booking"] = "warmup"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(broken))
+    assert main(["validate", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "2 violation(s)" in out
+    assert "prefill[0].timing.seconds" in out and "decode[1].snapshot.booking" in out
+
+
+def test_validate_flags_k_outside_window(capsys):
+    assert main(["validate", str(REAL), "--k-window", "4-5"]) == 0
+    assert "flag: speculative.draft_depth: K=3 lies outside" in capsys.readouterr().out
+
+
+def test_validate_marks_legacy(capsys):
+    assert main(["validate", str(FIXTURES / "legacy-v1-autoregressive.json")]) == 0
+    assert "(legacy v1-autoregressive)" in capsys.readouterr().out
+
+
+def test_show_prints_a_row_per_point(capsys):
+    assert main(["show", str(REAL)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("prefill[") == 8 and out.count("decode[") == 4
+    assert "KV capacity: " in out
+
+
+def test_compare_fails_on_regression(tmp_path, capsys):
+    slower = json.loads(REAL.read_text())
+    for phase in ("prefill", "decode"):
+        for obs in slower[phase]:
+            obs["timing"]["seconds"] *= 1.5
+    path = tmp_path / "slower.json"
+    path.write_text(json.dumps(slower))
+    assert main(["compare", str(REAL), str(path), "--fail-above", "10"]) == 1
+    assert "median change +50.0%" in capsys.readouterr().out
+    assert main(["compare", str(REAL), str(REAL), "--fail-above", "10"]) == 0
+
+
+def test_console_script_is_installed():
+    result = subprocess.run([sys.executable, "-m", "pytest_sdbench.cli", "validate", str(REAL)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_bad_k_window_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["validate", str(REAL), "--k-window", "five"])
+    assert excinfo.value.code == 2
+    assert "--k-window: expected LOW-HIGH, got 'five'" in capsys.readouterr().err

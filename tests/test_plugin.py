@@ -1,0 +1,117 @@
+"""The plugin as a downstream repository uses it: options, markers, fixtures, the hook,
+xdist workers, and a clean shutdown. Engine runs go through subprocesses (one engine each)."""
+
+import json
+import re
+
+import pytest
+
+from pytest_sdbench.artifact import validate_path
+
+GRID = {"prefill": [{"batch_size": 2, "new_tokens": 48, "cached_prefix_tokens": 0}],
+        "decode": [{"batch_size": 2, "context_tokens": 64, "draft_depth": 3,
+                    "acceptance_length": None}]}
+
+DOWNSTREAM_TEST = """
+from pytest_sdbench.contract import STATUS_COMPLETE
+
+def test_profile(sdbench_collection, sdbench_engine):
+    a = sdbench_collection.artifact
+    assert a.status == STATUS_COMPLETE
+    assert a.mode == "{mode}"
+    assert sdbench_engine.spec.draft_depth == 3
+"""
+
+DOWNSTREAM_CONFTEST = """
+import json, pathlib, psutil
+
+def pytest_sdbench_artifact_written(config, path, artifact):
+    with open("written.txt", "a") as f:
+        f.write(f"{path} {artifact.status}\\n")
+
+def pytest_sessionfinish(session):
+    # Session fixtures (the engine) are finalised before this hook runs.
+    kids = psutil.Process().children(recursive=True)
+    pathlib.Path("children.json").write_text(json.dumps([p.name() for p in kids]))
+"""
+
+
+def test_options_are_registered(pytester):
+    result = pytester.runpytest("--help")
+    for option in ("--sdbench-mode={prefill,decode,agg}", "--sdbench-preset",
+                   "--sdbench-model=DIR", "--sdbench-draft=DIR", "--sdbench-k=K",
+                   "--sdbench-grid=JSON", "--sdbench-artifact-dir=DIR"):
+        result.stdout.fnmatch_lines([f"*{option}*"])
+
+
+def test_markers_are_registered(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.sdbench_vram(gib)*", "@pytest.mark.sdbench_cuda*",
+                                 "@pytest.mark.sdbench_engine*"])
+
+
+def test_bad_mode_is_refused_naming_the_value(pytester):
+    result = pytester.runpytest("--sdbench-mode=both")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--sdbench-mode: invalid choice: 'both'*"])
+
+
+def test_vram_and_cuda_markers_skip_with_a_reason_on_cpu(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.sdbench_vram(3.6)
+        def test_needs_vram():
+            raise AssertionError("must not run without CUDA")
+
+        @pytest.mark.sdbench_cuda
+        def test_needs_cuda():
+            raise AssertionError("must not run without CUDA")
+    """)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*needs a CUDA device; none is visible*"])
+
+
+def test_model_without_draft_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_x(sdbench_engine_spec): pass")
+    result = pytester.runpytest(f"--sdbench-model={pytester.path}")
+    result.stdout.fnmatch_lines(["*--sdbench-model and --sdbench-draft go together*"])
+    assert result.ret != 0
+
+
+def _downstream(pytester, mode):
+    pytester.makeconftest(DOWNSTREAM_CONFTEST)
+    pytester.makepyfile(test_downstream=DOWNSTREAM_TEST.format(mode=mode))
+    (pytester.path / "grid.json").write_text(json.dumps(GRID))
+    return ["-p", "no:cacheprovider", f"--sdbench-mode={mode}", "--sdbench-grid=grid.json",
+            "--sdbench-artifact-dir=out"]
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_downstream_collection_writes_a_valid_artifact_and_shuts_down(pytester):
+    args = _downstream(pytester, "decode")
+    result = pytester.runpytest_subprocess(*args, timeout=600)
+    result.assert_outcomes(passed=1)
+    (artifact,) = (pytester.path / "out").glob("sdbench-decode-*.json")
+    assert validate_path(artifact).ok
+    result.stdout.fnmatch_lines(["*= sdbench =*", f"artifact: {artifact} (mode decode, 1/1 "
+                                 "points, status complete, device cpu*"])
+    assert (pytester.path / "written.txt").read_text().split() == [str(artifact), "complete"]
+    assert json.loads((pytester.path / "children.json").read_text()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pytester):
+    args = _downstream(pytester, "prefill")
+    result = pytester.runpytest_subprocess(*args, "-n", "2", "--dist", "each", timeout=600)
+    result.assert_outcomes(passed=2)
+    artifacts = sorted((pytester.path / "out").glob("sdbench-prefill-*.json"))
+    assert len(artifacts) == 2
+    workers = sorted(re.search(r"-(gw\d+)\.json$", p.name).group(1) for p in artifacts)
+    assert workers == ["gw0", "gw1"]
+    assert all(validate_path(p).ok for p in artifacts)
+    for path in artifacts:
+        result.stdout.fnmatch_lines([f"artifact: {path} (mode prefill*"])

@@ -1,0 +1,33 @@
+"""Artifacts are written atomically: complete or not at all."""
+
+import json
+
+import pytest
+
+from pytest_sdbench.artifact import store
+
+
+class Boom:
+    pass
+
+
+def test_write_is_complete_and_leaves_no_temp_file(tmp_path):
+    data = {"a": 1}
+    path = store.write_artifact(data, tmp_path / "x" / "a.json")
+    assert json.loads(path.read_text()) == data
+    assert [p.name for p in path.parent.iterdir()] == ["a.json"]
+
+
+def test_failed_write_leaves_the_old_file_untouched(tmp_path):
+    path = store.write_artifact({"v": 1}, tmp_path / "a.json")
+    with pytest.raises(TypeError):
+        store.write_artifact({"v": Boom()}, path)
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_read_json_refuses_non_objects(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(store.UnusableArtifact, match="a JSON list, not an artifact object"):
+        store.read_json(path)
