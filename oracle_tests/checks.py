@@ -41,6 +41,12 @@ def restoration_violations(engine) -> list[str]:
     if after.worker_attrs != engine.baseline.worker_attrs:
         problems.append(f"worker attributes differ: "
                         f"{sorted(after.worker_attrs ^ engine.baseline.worker_attrs)}")
-    if after.tokens != engine.baseline.tokens:
+    if after.synthetic_rates != engine.baseline.synthetic_rates:
+        problems.append(f"synthetic acceptance rates changed: {after.synthetic_rates} vs "
+                        f"{engine.baseline.synthetic_rates}")
+    if len(after.tokens) != len(engine.baseline.tokens):
+        problems.append(f"served {len(after.tokens)} tokens, not {len(engine.baseline.tokens)}")
+    natural = engine.baseline.synthetic_rates is None  # synthetic accepts drafts at random
+    if natural and after.tokens != engine.baseline.tokens:
         problems.append(f"greedy output changed: {after.tokens} vs {engine.baseline.tokens}")
     return problems

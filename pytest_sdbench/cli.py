@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .contract import DEFAULT_DRAFT_DEPTH, MODE_AGG, MODES, STATUS_COMPLETE
-from .engine import DEFAULT_PRESET, PRESETS
+from .engine import AUTO_PRESET, PRESETS
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 
@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="start an engine, collect a profile, write the artifact")
     c.add_argument("--mode", choices=MODES, default=MODE_AGG)
-    c.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
+    c.add_argument("--preset", choices=[AUTO_PRESET, *sorted(PRESETS)], default=AUTO_PRESET,
+                   help="auto: tiny on CPU, qwen3-0.6b on CUDA")
     c.add_argument("--model", metavar="DIR")
     c.add_argument("--draft", metavar="DIR")
     c.add_argument("--k", type=int, default=DEFAULT_DRAFT_DEPTH, metavar="K")

@@ -7,6 +7,7 @@ Fixtures (session scope, one engine per pytest-xdist worker):
   sdbench_collect     collect(mode=None, grid=None) -> CollectionRun: collect on the engine,
                       validate, write the artifact; restores the engine afterwards
   sdbench_collection  the collection for --sdbench-mode, run once per session
+  sdbench_note        note(text): add a line of measured figures to the sdbench summary
 Markers:
   sdbench_vram(gib)   skip when the CUDA device has less free memory; fail when the NVML
                       peak while the test runs exceeds the mark
@@ -23,13 +24,15 @@ import pytest
 
 from . import hooks, vram
 from .contract import DEFAULT_DRAFT_DEPTH, MODE_AGG, MODES
-from .engine import DEFAULT_PRESET, PRESETS
+from .engine import AUTO_PRESET, PRESETS
 
 ARTIFACTS_KEY = "sdbench_artifacts"      # workeroutput key (pytest-xdist)
 DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
 VRAM_BASELINE = pytest.StashKey[float]()
 ARTIFACT_LINES = pytest.StashKey[list]()
 VRAM_LINES = pytest.StashKey[list]()
+VRAM_SAMPLER = pytest.StashKey[object]()
+NOTE_LINES = pytest.StashKey[list]()
 
 
 def pytest_addhooks(pluginmanager):
@@ -41,8 +44,9 @@ def pytest_addoption(parser):
     group.addoption("--sdbench-mode", choices=MODES, default=MODE_AGG,
                     help="phases to collect: prefill, decode, or agg (both, never mixed in "
                          "one batch); default agg")
-    group.addoption("--sdbench-preset", choices=sorted(PRESETS), default=DEFAULT_PRESET,
-                    help=f"built-in model preset with dummy weights (default {DEFAULT_PRESET})")
+    group.addoption("--sdbench-preset", choices=[AUTO_PRESET, *sorted(PRESETS)],
+                    default=AUTO_PRESET, help="built-in model preset with dummy weights "
+                    "(default auto: tiny on CPU, qwen3-0.6b on CUDA)")
     group.addoption("--sdbench-model", default=None, metavar="DIR",
                     help="target checkpoint directory (instead of a preset)")
     group.addoption("--sdbench-draft", default=None, metavar="DIR",
@@ -66,20 +70,27 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "sdbench_engine: starts a vLLM engine")
     config.stash[ARTIFACT_LINES] = []
     config.stash[VRAM_LINES] = []
+    config.stash[NOTE_LINES] = []
 
 
 # ---- markers ------------------------------------------------------------------------------
 
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
+    """Skip what cannot run here; start the VRAM sampler before fixtures are set up, so that
+    an engine started for this test counts towards its peak."""
     if item.get_closest_marker("sdbench_cuda") or item.get_closest_marker("sdbench_vram"):
         if not vram.cuda_available():
             pytest.skip("needs a CUDA device; none is visible (CPU-only machine)")
     mark = item.get_closest_marker("sdbench_vram")
     if mark is not None:
         gib = _vram_mark(mark)
-        free = vram.PeakSampler().free_gib()
+        sampler = vram.PeakSampler()
+        free = sampler.free_gib()
         if free < gib:
             pytest.skip(f"needs {gib} GiB of free CUDA memory; {free:.2f} GiB free")
+        item.stash[VRAM_SAMPLER] = sampler.__enter__()
+    return (yield)
 
 
 def _vram_mark(mark) -> float:
@@ -92,20 +103,31 @@ def _vram_mark(mark) -> float:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    mark = item.get_closest_marker("sdbench_vram")
-    if mark is None or not vram.cuda_available():
+    sampler = item.stash.get(VRAM_SAMPLER, None)
+    if sampler is None:
         return (yield)
-    gib = _vram_mark(mark)
-    with vram.PeakSampler() as sampler:
+    try:
         result = yield
+    finally:
+        sampler.__exit__(None, None, None)
+        del item.stash[VRAM_SAMPLER]
+    gib = _vram_mark(item.get_closest_marker("sdbench_vram"))
     peak = sampler.peak_gib
-    line = f"{item.nodeid}: NVML peak {peak:.2f} GiB used on the device (mark {gib} GiB)"
+    line = (f"{item.nodeid}: NVML peak {peak:.2f} GiB used on the device while it ran "
+            f"(mark {gib} GiB; {sampler.baseline_bytes / vram.GIB:.2f} GiB in use before)")
     item.config.stash[VRAM_LINES].append(line)
     item.user_properties.append(("sdbench_vram_peak_gib", round(peak, 3)))
     if peak > gib:
         pytest.fail(f"peak device memory {peak:.2f} GiB exceeds the sdbench_vram mark of "
                     f"{gib} GiB")
     return result
+
+
+def pytest_runtest_teardown(item):
+    sampler = item.stash.get(VRAM_SAMPLER, None)
+    if sampler is not None:  # setup failed before the call: stop sampling
+        sampler.__exit__(None, None, None)
+        del item.stash[VRAM_SAMPLER]
 
 
 # ---- fixtures -----------------------------------------------------------------------------
@@ -176,11 +198,11 @@ def sdbench_grid(pytestconfig, sdbench_engine):
 def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
     from .session import collect_to_artifact, describe
 
-    def collect(mode: str | None = None, grid=None):
+    def collect(mode: str | None = None, grid=None, decode_tokens: int | None = None):
         mode = mode or pytestconfig.getoption("--sdbench-mode")
         run = collect_to_artifact(sdbench_engine, mode, grid or sdbench_grid,
                                   artifact_dir(pytestconfig), worker=_worker_id(pytestconfig),
-                                  progress=_progress(pytestconfig))
+                                  progress=_progress(pytestconfig), decode_tokens=decode_tokens)
         pytestconfig.stash[ARTIFACT_LINES].append(describe(run))
         pytestconfig.hook.pytest_sdbench_artifact_written(
             config=pytestconfig, path=run.path, artifact=run.artifact)
@@ -193,6 +215,14 @@ def sdbench_collection(sdbench_collect):
     return sdbench_collect()
 
 
+@pytest.fixture(scope="session")
+def sdbench_note(pytestconfig):
+    """note(text): add a line to the run's sdbench summary (figures a test measured)."""
+    def note(text: str) -> None:
+        pytestconfig.stash[NOTE_LINES].append(text)
+    return note
+
+
 # ---- reporting ----------------------------------------------------------------------------
 
 def pytest_sessionfinish(session):
@@ -200,6 +230,7 @@ def pytest_sessionfinish(session):
     if hasattr(config, "workeroutput"):  # an xdist worker hands its lines to the controller
         config.workeroutput[ARTIFACTS_KEY] = list(config.stash[ARTIFACT_LINES])
         config.workeroutput[ARTIFACTS_KEY + "_vram"] = list(config.stash[VRAM_LINES])
+        config.workeroutput[ARTIFACTS_KEY + "_notes"] = list(config.stash[NOTE_LINES])
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -207,14 +238,18 @@ def pytest_testnodedown(node, error):
     output = getattr(node, "workeroutput", {}) or {}
     node.config.stash[ARTIFACT_LINES].extend(output.get(ARTIFACTS_KEY, []))
     node.config.stash[VRAM_LINES].extend(output.get(ARTIFACTS_KEY + "_vram", []))
+    node.config.stash[NOTE_LINES].extend(output.get(ARTIFACTS_KEY + "_notes", []))
 
 
 def pytest_terminal_summary(terminalreporter, config):
     lines, peaks = config.stash[ARTIFACT_LINES], config.stash[VRAM_LINES]
-    if not lines and not peaks:
+    notes = config.stash[NOTE_LINES]
+    if not lines and not peaks and not notes:
         return
     terminalreporter.section("sdbench")
     for line in lines:
         terminalreporter.write_line(f"artifact: {line}")
     for line in peaks:
         terminalreporter.write_line(f"vram: {line}")
+    for line in notes:
+        terminalreporter.write_line(f"note: {line}")

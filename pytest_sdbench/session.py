@@ -11,7 +11,7 @@ from pathlib import Path
 from .artifact import Artifact, Report, build_artifact, validate_data, write_artifact
 from .collector import CollectionResult, Collector
 from .contract import DEFAULT_DRAFT_DEPTH
-from .engine import DEFAULT_PRESET, EngineSpec, materialize
+from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize
 from .points import Grid, default_grid, load_grid
 from . import typed
 
@@ -22,11 +22,23 @@ def model_root() -> Path:
     return Path(os.environ.get(MODEL_ROOT_ENV) or Path(tempfile.gettempdir()) / "sdbench-models")
 
 
-def engine_spec(preset: str | None = DEFAULT_PRESET, model: str | None = None,
+# CUDA graphs: batches 1, 2 and 4 of uniform decode steps (1 + K tokens each) are captured.
+GRAPH_BATCHES = (1, 2, 4)
+
+
+def resolve_preset(preset: str | None) -> str:
+    if preset in (None, AUTO_PRESET):
+        from .vram import cuda_available
+        return PRESET_FOR_DEVICE["cuda" if cuda_available() else "cpu"]
+    return preset
+
+
+def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
                 draft: str | None = None, draft_depth: int = DEFAULT_DRAFT_DEPTH,
                 cuda_graphs: bool = False, acceptance_length: float | None = None,
                 **limits) -> EngineSpec:
-    """A spec from a preset name, or from the user's own target and draft directories."""
+    """A spec from a preset name ('auto': by device), or from the user's own target and
+    draft directories."""
     if (model is None) != (draft is None):
         raise ValueError("--sdbench-model and --sdbench-draft go together: give both a target "
                          f"and an EAGLE3 draft directory (got model={model!r}, draft={draft!r})")
@@ -37,10 +49,13 @@ def engine_spec(preset: str | None = DEFAULT_PRESET, model: str | None = None,
                                  "config.json")
         target, draft_path, preset = str(model), str(draft), None
     else:
-        target_dir, draft_dir = materialize(preset or DEFAULT_PRESET, model_root())
-        target, draft_path, preset = str(target_dir), str(draft_dir), preset or DEFAULT_PRESET
+        preset = resolve_preset(preset)
+        target_dir, draft_dir = materialize(preset, model_root())
+        target, draft_path = str(target_dir), str(draft_dir)
+        limits = {**dict(PRESETS[preset].engine_limits), **limits}
     graphs = dict(enforce_eager=False, cudagraph_capture_sizes=limits.pop(
-        "cudagraph_capture_sizes", ())) if cuda_graphs else {}
+        "cudagraph_capture_sizes", tuple((draft_depth + 1) * b for b in GRAPH_BATCHES))) \
+        if cuda_graphs else {}
     return EngineSpec(target=target, draft=draft_path, preset=preset, draft_depth=draft_depth,
                       synthetic_acceptance_length=acceptance_length, **graphs, **limits)
 
@@ -50,7 +65,8 @@ def grid_for(engine, manifest: str | None = None) -> Grid:
         return load_grid(manifest)
     large = engine.spec.preset != "tiny"
     return default_grid(engine.spec.draft_depth, engine.block_size,
-                        (engine.spec.synthetic_acceptance_length,), large=large)
+                        (engine.spec.synthetic_acceptance_length,), large=large,
+                        max_batched_tokens=engine.spec.max_num_batched_tokens)
 
 
 @dataclass
@@ -70,10 +86,11 @@ def artifact_name(mode: str, run_id: str, worker: str | None) -> str:
 
 
 def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
-                        worker: str | None = None, progress=None) -> CollectionRun:
+                        worker: str | None = None, progress=None,
+                        decode_tokens: int | None = None) -> CollectionRun:
     """Collect, build the artifact, validate it, and write it atomically. An artifact the
     validator refuses is written as ``*.invalid.json`` and raised as InvalidArtifact."""
-    result = Collector(engine, progress=progress).collect(mode, grid)
+    result = Collector(engine, progress=progress, decode_tokens=decode_tokens).collect(mode, grid)
     artifact = build_artifact(result, engine, worker=worker)
     report = validate_data(typed.encode(artifact))
     name = artifact_name(mode, artifact.run_id, worker)

@@ -7,7 +7,8 @@ are checked on the document as written, before anything is filled in.
   snapshot requests without ``draft_tokens``, prefill observations without
   ``kv_seed_regime``/``cache_hit_tokens`` (prefixes were not verified).
 - schema_version 2, "v2-phase-specific-speculative": EAGLE3, but one phase per artifact
-  (mode ``prefill`` or ``decode``; ``agg`` did not exist) and unverified prefixes as in v1.
+  (mode ``prefill`` or ``decode``; ``agg`` did not exist), unverified prefixes as in v1, and
+  acceptance of the retained step only (no ``run_acceptance_*``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def _check_raw_digests(data: dict) -> None:
         if integrity.get(key) != digest(data[part]):
             raise ValueError(f"integrity.{key}: {integrity.get(key)!r} does not match {part} "
                              f"as written; the legacy artifact was altered")
+
+
+def _run_acceptance_from_step(data: dict) -> None:
+    """v1/v2 kept acceptance of the retained step only; that step is the run's evidence."""
+    for obs in data.get("decode", []):
+        if isinstance(obs, dict) and "run_acceptance_length" not in obs:
+            obs["run_acceptance_length"] = obs.get("observed_acceptance_length")
+            obs["run_acceptance_samples"] = len(obs.get("accepted_tokens") or [])
 
 
 def _unverified_prefill(data: dict) -> None:
@@ -67,6 +76,8 @@ def _v1_to_v2(data: dict) -> None:
                 batch = len(obs.get("snapshot", {}).get("requests", []))
                 obs.setdefault("accepted_tokens", [0] * batch)
                 obs.setdefault("observed_acceptance_length", 1.0)
+                obs.setdefault("run_acceptance_length", 1.0)
+                obs.setdefault("run_acceptance_samples", 0)
             for request in obs.get("snapshot", {}).get("requests", []):
                 request.setdefault("draft_tokens", 0)
 
@@ -83,6 +94,7 @@ def upgrade(data: dict) -> tuple[dict, str]:
     if version == 1:
         _v1_to_v2(data)
     _unverified_prefill(data)
+    _run_acceptance_from_step(data)
     data["schema_version"] = SCHEMA_VERSION
     # The upgrade filled in fields; the raw digests were checked above.
     data["integrity"] = dict(data["integrity"], identity_digest=digest(data["identity"]),

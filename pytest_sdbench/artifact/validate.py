@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from .. import typed
 from ..typed import digest
 from ..collector.shape import decode_mismatch, prefill_mismatch
-from ..contract import (ACCEPTANCE_CONTROLS, ARTIFACT_KIND, BOOKING_MEASURED, DEVICES,
-                        GRAPH_MODES, IDENTITY_RESOLVED, KV_SEED_NONE, KV_SEED_REAL,
+from ..contract import (ACCEPTANCE_CONTROLS, ACCEPTANCE_SYNTHETIC, ARTIFACT_KIND,
+                        BOOKING_MEASURED, DEVICES, GRAPH_MODES, IDENTITY_RESOLVED, KV_SEED_NONE, KV_SEED_REAL,
                         KV_SEED_REGIMES, LEGACY_SCHEMA_VERSIONS, MODES, PHASE_DECODE,
                         PHASE_PREFILL, PHASES_BY_MODE, POLICY_BY_PHASE, SCHEMA_VERSION,
                         SOURCE_FOR_DEVICE, STATUS_COMPLETE, STATUSES, STEADY_STEP_INDEX,
@@ -262,9 +262,14 @@ def _check_decode(a: Artifact, obs, where, err) -> None:
     if obs.step_index != STEADY_STEP_INDEX:
         err(f"{where}.step_index: the steady step is step {STEADY_STEP_INDEX}, got "
             f"{obs.step_index}")
-    if obs.point.acceptance_length != a.speculative.synthetic_acceptance_length:
-        err(f"{where}.point.acceptance_length: {obs.point.acceptance_length} differs from the "
-            f"engine's synthetic acceptance length {a.speculative.synthetic_acceptance_length}")
+    synthetic = a.speculative.acceptance_control == ACCEPTANCE_SYNTHETIC
+    if synthetic != (obs.point.acceptance_length is not None):
+        err(f"{where}.point.acceptance_length: {obs.point.acceptance_length} under "
+            f"{a.speculative.acceptance_control} acceptance (synthetic needs a requested AL, "
+            "natural needs null)")
+    if not 1.0 <= obs.run_acceptance_length <= k + 1 or obs.run_acceptance_samples < 0:
+        err(f"{where}.run_acceptance_length: {obs.run_acceptance_length} over "
+            f"{obs.run_acceptance_samples} samples is outside [1, {k + 1}]")
     accepted = obs.accepted_tokens
     if len(accepted) != obs.point.batch_size:
         err(f"{where}.accepted_tokens: {len(accepted)} entries for batch_size "

@@ -10,11 +10,13 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..contract import (BOOKING_MEASURED, BOOKING_UNBOOKED, BOOKING_WARMUP, GRAPH_EAGER,
                         KV_SEED_NONE, KV_SEED_REAL, PHASE_DECODE, PHASE_IDLE, PHASE_PREFILL,
                         PHASES_BY_MODE, STEADY_STEP_INDEX, TIMER_FOR_SOURCE)
+from ..engine import compat
 from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
 from ..points import DecodePoint, Grid, GridError, PrefillPoint
 from .results import DecodeObservation, PrefillObservation, SkippedPoint
@@ -95,18 +97,19 @@ def check_grid_fits(grid: Grid, engine) -> None:
         if d.context_tokens + decode_max_tokens(d.draft_depth) + d.draft_depth > max_len:
             errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
                           f"steady step within max_model_len {max_len}")
-        wanted = spec.synthetic_acceptance_length
-        if d.acceptance_length != wanted:
+        synthetic = spec.synthetic_acceptance_length is not None
+        if synthetic != (d.acceptance_length is not None):
             errors.append(f"{where}.acceptance_length: the engine's acceptance is "
-                          f"{engine.acceptance_control} (synthetic AL {wanted}), got "
-                          f"{d.acceptance_length}")
+                          f"{engine.acceptance_control}, so it must be "
+                          f"{'a number' if synthetic else 'null'}, got {d.acceptance_length}")
     if errors:
         raise GridError("grid does not fit the engine: " + "; ".join(errors))
 
 
 class Collector:
-    def __init__(self, engine, progress=None, seed: int = 0):
+    def __init__(self, engine, progress=None, seed: int = 0, decode_tokens: int | None = None):
         self.engine = engine
+        self.decode_tokens = decode_tokens  # output tokens of a decode run (default: enough)
         self.progress = progress or (lambda done, total, label: None)
         self._rng = random.Random(seed)
         self.observer: NativeObserver | None = None
@@ -169,10 +172,27 @@ class Collector:
             kv_seed_regime=KV_SEED_REAL if shared else KV_SEED_NONE, cache_hit_tokens=hits,
             graph_mode=self._graph_mode(record))
 
+    @contextmanager
+    def _acceptance(self, point: DecodePoint):
+        """Synthetic acceptance at the point's AL for the point's runs, restored after."""
+        if point.acceptance_length is None:
+            yield
+            return
+        llm = self.engine.llm
+        before = compat.synthetic_rates(llm)
+        compat.set_synthetic_rates(llm, compat.conditional_rates_for(point.acceptance_length,
+                                                                     point.draft_depth))
+        try:
+            yield
+        finally:
+            compat.set_synthetic_rates(llm, before)
+
     def decode_point(self, index: int, point: DecodePoint) -> DecodeObservation:
-        for booking in (BOOKING_WARMUP, BOOKING_MEASURED):
-            prompts = [self._fresh(point.context_tokens) for _ in range(point.batch_size)]
-            steps, _ = self._run(prompts, decode_max_tokens(point.draft_depth), booking)
+        max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
+        with self._acceptance(point):
+            for booking in (BOOKING_WARMUP, BOOKING_MEASURED):
+                prompts = [self._fresh(point.context_tokens) for _ in range(point.batch_size)]
+                steps, _ = self._run(prompts, max_tokens, booking)
         if len(steps) < STEADY_STEP_INDEX:
             raise PointFailed(f"steady_step policy: the measured run took only {len(steps)} "
                               "steps")
@@ -184,14 +204,17 @@ class Collector:
         mismatch = decode_mismatch(point, snapshot)
         if mismatch:
             raise PointFailed(f"the steady step's snapshot {mismatch}")
-        gained = record.accepted or {}
-        accepted = tuple(max(gained.get(r.request_id, 0) - 1, 0) for r in snapshot.requests)
+        accepted = _accepted(record, snapshot)
         observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
+        run = [n for step in steps[STEADY_STEP_INDEX - 1:]
+               for n in _accepted(step, step.corrected_snapshot())]
         return DecodeObservation(
             point_index=index, point=point, native_iteration_id=record.native_iteration_id,
             step_index=STEADY_STEP_INDEX, snapshot=snapshot, timing=record.timing,
             provenance=self._provenance(), accepted_tokens=accepted,
-            observed_acceptance_length=observed, graph_mode=self._graph_mode(record))
+            observed_acceptance_length=observed,
+            run_acceptance_length=1.0 + statistics.fmean(run) if run else 1.0,
+            run_acceptance_samples=len(run), graph_mode=self._graph_mode(record))
 
     # ---- the whole collection -----------------------------------------------------------
     def collect(self, mode: str, grid: Grid) -> CollectionResult:
@@ -219,6 +242,13 @@ class Collector:
             self.observer.detach()
         result.elapsed_seconds = time.perf_counter() - started
         return result
+
+
+def _accepted(record, snapshot) -> tuple[int, ...]:
+    """Draft tokens each drafting request of a step had accepted, from the step's output."""
+    gained = record.accepted or {}
+    return tuple(max(gained.get(r.request_id, 0) - 1, 0) for r in snapshot.requests
+                 if r.draft_tokens)
 
 
 def _label(point) -> str:

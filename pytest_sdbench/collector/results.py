@@ -35,6 +35,8 @@ class DecodeObservation:
     provenance: Provenance
     accepted_tokens: tuple[int, ...]
     observed_acceptance_length: float
+    run_acceptance_length: float      # 1 + mean accepted over every decode step of the run
+    run_acceptance_samples: int       # request-steps behind run_acceptance_length
     graph_mode: str
 
 

@@ -2,9 +2,9 @@
 
 from .facts import ExecutionIdentity, IdentityField, KVCacheGroup, KVCapacity, ModelIdentity
 from .launch import SdbenchEngine, ServingProbe, start_engine
-from .presets import DEFAULT_PRESET, PRESETS, materialize
+from .presets import AUTO_PRESET, DEFAULT_PRESET, PRESET_FOR_DEVICE, PRESETS, materialize
 from .spec import EngineSpec
 
-__all__ = ["DEFAULT_PRESET", "PRESETS", "EngineSpec", "ExecutionIdentity", "IdentityField",
+__all__ = ["AUTO_PRESET", "DEFAULT_PRESET", "PRESET_FOR_DEVICE", "PRESETS", "EngineSpec", "ExecutionIdentity", "IdentityField",
            "KVCacheGroup", "KVCapacity", "ModelIdentity", "SdbenchEngine", "ServingProbe", "materialize",
            "start_engine"]

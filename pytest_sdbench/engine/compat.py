@@ -89,6 +89,8 @@ def engine_kwargs(spec, device: str) -> dict:
     if not spec.enforce_eager and spec.cudagraph_capture_sizes:
         kwargs["compilation_config"] = {
             "cudagraph_capture_sizes": list(spec.cudagraph_capture_sizes)}
+    if device == "cuda":  # each step's output then says how it ran (graph mode, padding)
+        kwargs["cudagraph_metrics"] = True
     if spec.async_scheduling is not None:
         kwargs["async_scheduling"] = spec.async_scheduling
     kwargs.update(spec.extra)
@@ -130,12 +132,14 @@ def accepted_tokens(model_runner_output) -> dict[str, int]:
 
 
 def cudagraph_mode_of_step(model_runner_output) -> str | None:
-    """How the engine ran the step, if the release reports it per step."""
+    """How the engine ran the step ('eager', 'piecewise', 'full'), if the release reports it
+    per step (cudagraph_metrics=True); None when it does not."""
     stats = getattr(model_runner_output, "cudagraph_stats", None)
-    if stats is None:
+    mode = getattr(stats, "runtime_mode", None)
+    if mode is None:
         return None
-    mode = getattr(stats, "runtime_mode", None) or getattr(stats, "cudagraph_runtime_mode", None)
-    return str(getattr(mode, "name", mode)).lower() if mode is not None else None
+    name = str(getattr(mode, "name", mode)).rsplit(".", 1)[-1].lower()
+    return "eager" if name == "none" else name
 
 
 # ---- engine facts for identity and KV capacity ------------------------------------------
@@ -166,3 +170,31 @@ def attention_backends(llm) -> list[str]:
         for group in groups:
             names.add(group.backend.get_name())
     return sorted(names)
+
+
+# ---- synthetic acceptance (CUDA): a sampling override, always restored ------------------
+
+def _rejection_sampler(llm):
+    return getattr(worker(llm).model_runner, "rejection_sampler", None)
+
+
+def synthetic_rates(llm) -> tuple[float, ...] | None:
+    """The conditional acceptance rates the rejection sampler applies, if synthetic."""
+    sampler = _rejection_sampler(llm)
+    rates = getattr(sampler, "synthetic_conditional_rates", None)
+    return None if rates is None else tuple(float(x) for x in rates.tolist())
+
+
+def conditional_rates_for(acceptance_length: float, draft_depth: int) -> list[float]:
+    """vLLM's own mapping: mean acceptance length -> per-position conditional rates."""
+    from vllm.config import SpeculativeConfig
+    from vllm.v1.spec_decode.utils import unconditional_to_conditional_rates
+    rates = SpeculativeConfig._acceptance_length_to_rates(acceptance_length, draft_depth)
+    return unconditional_to_conditional_rates(rates)
+
+
+def set_synthetic_rates(llm, rates) -> None:
+    """Overwrite the rates in place (the tensor the sampler kernel reads each step)."""
+    import torch
+    tensor = _rejection_sampler(llm).synthetic_conditional_rates
+    tensor.copy_(torch.tensor(list(rates), dtype=tensor.dtype, device=tensor.device))

@@ -17,11 +17,14 @@ PROBE_PROMPT_TOKENS, PROBE_MAX_TOKENS = 48, 16
 
 @dataclass(frozen=True)
 class ServingProbe:
-    """An ordinary request's greedy output, and which attributes the engine instances hold:
-    taken right after start-up, and again after a benchmark, they must be equal."""
+    """An ordinary request's greedy output, which attributes the engine instances hold, and
+    the synthetic acceptance rates: taken right after start-up and again after a benchmark,
+    they must be equal (the tokens only under natural acceptance: synthetic acceptance
+    accepts drafts at random)."""
     tokens: tuple[int, ...]
     scheduler_attrs: frozenset
     worker_attrs: frozenset
+    synthetic_rates: tuple[float, ...] | None
 
 
 @dataclass
@@ -64,7 +67,8 @@ class SdbenchEngine:
         (output,) = self.generate([prompt], params)
         return ServingProbe(tokens=tuple(output.outputs[0].token_ids),
                             scheduler_attrs=frozenset(vars(compat.scheduler(self.llm))),
-                            worker_attrs=frozenset(vars(compat.worker(self.llm))))
+                            worker_attrs=frozenset(vars(compat.worker(self.llm))),
+                            synthetic_rates=compat.synthetic_rates(self.llm))
 
     def shutdown(self) -> None:
         """Stop the engine core and free its memory; idempotent."""

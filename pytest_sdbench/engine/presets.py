@@ -30,6 +30,9 @@ class Preset:
     vocab_size: int
     aux_layer_ids: tuple[int, int, int]
     max_position_embeddings: int = 40960
+    # Engine limits sized for the preset: the KV cache and batch budget of a real-width
+    # model are kept small so that its oracle fits a 3.6 GiB VRAM mark.
+    engine_limits: tuple[tuple[str, int], ...] = ()
 
     def common(self) -> dict:
         return dict(
@@ -66,10 +69,14 @@ PRESETS: dict[str, Preset] = {
         Preset("qwen3-0.6b", "Qwen3-0.6B's public architecture + matching 1-layer EAGLE3 head",
                hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-               aux_layer_ids=(2, 14, 25)),
+               aux_layer_ids=(2, 14, 25),
+               engine_limits=(("kv_cache_memory_bytes", 384 << 20), ("max_num_seqs", 8),
+                              ("max_num_batched_tokens", 2048), ("max_model_len", 2048))),
     )
 }
 DEFAULT_PRESET = "tiny"
+AUTO_PRESET = "auto"   # tiny on CPU, qwen3-0.6b on CUDA
+PRESET_FOR_DEVICE = {"cpu": "tiny", "cuda": "qwen3-0.6b"}
 
 
 def _write_json(path: Path, data: dict) -> None:

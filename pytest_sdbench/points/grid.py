@@ -108,15 +108,19 @@ def grid_digest(grid: Grid) -> str:
 
 
 def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),
-                 large: bool = False) -> Grid:
-    """The built-in sweep. Cached prefixes are whole KV blocks, so that a real prefix is
-    a cache hit of exactly that many tokens."""
+                 large: bool = False, max_batched_tokens: int | None = None) -> Grid:
+    """The built-in sweep. Cached prefixes are whole KV blocks (two), so that a real prefix
+    is a cache hit of exactly that many tokens. Points whose batch would not fit the
+    engine's token budget in one step are left out."""
     if large:  # a real-width model on a GPU
-        batches, news, contexts = (1, 4, 8), (128, 512), (512, 2048)
+        batches, news, contexts = (1, 4, 8), (128, 256), (256, 1024)
     else:      # the tiny preset on a CPU
         batches, news, contexts = (1, 4), (64, 256), (128, 512)
+    budget = max_batched_tokens or 1 << 62
     prefixes = (0, 2 * block_size)
-    prefill = tuple(PrefillPoint(b, n, p) for b, n, p in itertools.product(batches, news, prefixes))
+    prefill = tuple(PrefillPoint(b, n, p) for b, n, p in itertools.product(batches, news, prefixes)
+                    if b * n <= budget)
     decode = tuple(DecodePoint(b, c, draft_depth, al)
-                   for al, b, c in itertools.product(acceptance_lengths, batches, contexts))
+                   for al, b, c in itertools.product(acceptance_lengths, batches, contexts)
+                   if b * c <= budget)
     return parse_grid(typed.encode(Grid(prefill, decode)))

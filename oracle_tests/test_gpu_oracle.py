@@ -1,0 +1,78 @@
+"""The GPU oracle (CUDA only; skipped with the reason on CPU): the qwen3-0.6b preset under a
+3.6 GiB VRAM mark, prefill-only collection, the decode acceptance matrix, and the CUDA-graph
+batch axis. Run both engine modes:
+
+    pytest --sdbench-mode=agg --sdbench-acceptance-length=2.78 oracle_tests/
+    pytest --sdbench-mode=agg --sdbench-acceptance-length=2.78 --sdbench-cuda-graphs oracle_tests/
+"""
+
+import pytest
+
+from pytest_sdbench.contract import GRAPH_EAGER, STATUS_COMPLETE
+from pytest_sdbench.engine import compat
+from pytest_sdbench.points import parse_grid
+
+from .checks import observation_violations, restoration_violations
+
+pytestmark = [pytest.mark.sdbench_cuda, pytest.mark.sdbench_vram(3.6)]
+
+MATRIX_AL = (1.0, 2.78, 4.0)
+MATRIX_TOKENS = 64  # output tokens per request: enough decode steps to estimate AL
+
+
+def _mode(engine) -> str:
+    return "eager" if engine.spec.enforce_eager else "cuda-graph"
+
+
+def test_prefill_only_oracle(sdbench_collect, sdbench_engine):
+    run = sdbench_collect("prefill")
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE, a.coverage.skipped_points
+    assert a.prefill and not a.decode
+    assert observation_violations(a) == []
+    assert any(o.kv_seed_regime == "real_prefix" for o in a.prefill)
+    assert restoration_violations(sdbench_engine) == []
+
+
+@pytest.mark.parametrize("al", MATRIX_AL)
+def test_decode_matrix_cell(sdbench_collect, sdbench_engine, sdbench_note, al):
+    engine = sdbench_engine
+    if engine.spec.synthetic_acceptance_length is None:
+        pytest.skip("the matrix needs synthetic acceptance: --sdbench-acceptance-length")
+    k = engine.spec.draft_depth
+    grid = parse_grid({"decode": [{"batch_size": 8, "context_tokens": 256, "draft_depth": k,
+                                   "acceptance_length": al}]})
+    run = sdbench_collect("decode", grid, decode_tokens=MATRIX_TOKENS)
+    (obs,) = run.artifact.decode
+    assert observation_violations(run.artifact) == []
+    sdbench_note(f"matrix {_mode(engine)} AL {al}: observed {obs.run_acceptance_length:.3f} "
+                 f"over {obs.run_acceptance_samples} request-steps (steady step "
+                 f"{obs.observed_acceptance_length:.2f}), graph_mode {obs.graph_mode}, "
+                 f"{obs.timing.seconds * 1e3:.3f} ms")
+    assert abs(obs.run_acceptance_length - al) <= 0.1
+    assert restoration_violations(engine) == []
+
+
+def test_cuda_graph_batch_axis(sdbench_collect, sdbench_engine, sdbench_note):
+    engine = sdbench_engine
+    if engine.spec.enforce_eager:
+        pytest.skip("the engine runs eagerly: rerun with --sdbench-cuda-graphs")
+    k = engine.spec.draft_depth
+    sizes = sorted(compat.vllm_config(engine.llm).compilation_config.cudagraph_capture_sizes)
+    captured = sorted({s // (k + 1) for s in sizes if s % (k + 1) == 0})
+    axis = sorted({b for c in captured for b in (c, c + 1) if b <= engine.spec.max_num_seqs})
+    al = engine.spec.synthetic_acceptance_length
+    grid = parse_grid({"decode": [{"batch_size": b, "context_tokens": 128, "draft_depth": k,
+                                   "acceptance_length": al} for b in axis]})
+    run = sdbench_collect("decode", grid)
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE and observation_violations(a) == []
+    for obs in a.decode:
+        tokens = obs.point.batch_size * (k + 1)
+        sdbench_note(f"graph axis: B={obs.point.batch_size} ({tokens} tokens; captured sizes "
+                     f"{sizes}) ran {obs.graph_mode}, {obs.timing.seconds * 1e3:.3f} ms")
+        if tokens <= max(sizes):
+            assert obs.graph_mode != GRAPH_EAGER
+        else:
+            assert obs.graph_mode == GRAPH_EAGER
+    assert restoration_violations(engine) == []

@@ -1,0 +1,46 @@
+"""Snapshots joined to the KV the engine really holds. Under async scheduling (vLLM's default
+for EAGLE3 on CUDA) iteration N+1 is scheduled before N's rejections are known; its
+corrected snapshot must still say exactly how many KV tokens each request had. Under
+synchronous scheduling (CPU) no correction is needed and none may be made."""
+
+import pytest
+
+from pytest_sdbench.collector import sampling_params
+from pytest_sdbench.contract import BOOKING_MEASURED
+from pytest_sdbench.observer import NativeObserver, timer_for
+
+from .checks import restoration_violations
+
+
+def test_corrected_snapshots_track_the_real_kv(sdbench_engine, sdbench_note):
+    engine = sdbench_engine
+    observer = NativeObserver(engine.llm, timer_for(engine.device)).attach()
+    try:
+        prompts = [[(11 * i + 5 * j) % 1000 + 3 for j in range(64)] for i in range(3)]
+        with observer.window(BOOKING_MEASURED) as window:
+            engine.generate(prompts, sampling_params(24))
+    finally:
+        observer.detach()
+    steps = [r for r in window.records if r.snapshot.requests]
+    kv: dict[str, int] = {}
+    checked = corrections = 0
+    for step in steps:
+        snapshot = step.corrected_snapshot()
+        corrections += len(snapshot.corrections)
+        for r in snapshot.requests:
+            if r.request_id in kv:
+                assert r.kv_tokens == kv[r.request_id], (
+                    f"iteration {snapshot.native_iteration_id}: {r.request_id} snapshot says "
+                    f"{r.kv_tokens} KV tokens, the engine holds {kv[r.request_id]}")
+                checked += 1
+            gained = step.accepted[r.request_id]
+            kv[r.request_id] = r.kv_tokens + r.new_tokens + gained - 1
+    assert checked >= 3 * 4
+    async_on = engine.identity.async_scheduling.value
+    if not async_on:
+        assert corrections == 0
+    elif engine.spec.synthetic_acceptance_length not in (None, engine.spec.draft_depth + 1):
+        assert corrections > 0, "async scheduling with rejections must correct snapshots"
+    sdbench_note(f"async correction: {checked} in-flight snapshots checked against the real "
+                 f"KV, {corrections} corrections (async scheduling {async_on})")
+    assert restoration_violations(engine) == []
