@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The GPU gate on a CUDA host with the offline vLLM 0.26 wheelhouse gathered in
+# /root/wheelhouse (../shared/gpu-runner/): installs it, installs this project without
+# dependencies, and runs the oracle suite with the qwen3-0.6b preset in one engine mode.
+#   bash scripts/gpu-oracle.sh eager|graph [extra pytest args]
+# Logs and a tarball of the artifacts go to $OUT (default ./gpu-out).
+set -uo pipefail
+mode=${1:?eager or graph}; shift
+out=${OUT:-gpu-out}; mkdir -p "$out"
+bash /root/wheelhouse/install.sh > "$out/install-$mode.log" 2>&1 || { cat "$out/install-$mode.log"; exit 1; }
+export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+python3 -m pip show -q pytest-sdbench >/dev/null 2>&1 || \
+  python3 -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip-$mode.log" 2>&1
+args=(--sdbench-mode=agg --sdbench-preset=qwen3-0.6b --sdbench-acceptance-length=2.78
+      --sdbench-artifact-dir="$out/artifacts-$mode" -p no:cacheprovider -rA)
+[ "$mode" = graph ] && args+=(--sdbench-cuda-graphs)
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$out/gpu-$mode.txt"
+start=$(date +%s)
+python3 -m pytest oracle_tests "${args[@]}" "$@" 2>&1 | tee "$out/oracle-$mode.log"
+rc=${PIPESTATUS[0]}
+echo "oracle $mode: exit $rc, $(( $(date +%s) - start )) s wall" | tee -a "$out/oracle-$mode.log"
+tar czf "$out/artifacts-$mode.tgz" -C "$out" "artifacts-$mode" 2>/dev/null && rm -rf "$out/artifacts-$mode"
+exit "$rc"
