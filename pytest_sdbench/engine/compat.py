@@ -131,22 +131,37 @@ def accepted_tokens(model_runner_output) -> dict[str, int]:
             for i, req_id in enumerate(model_runner_output.req_ids)}
 
 
-def cudagraph_mode_of_step(model_runner_output) -> str | None:
-    """How the engine ran the step ('eager', 'piecewise', 'full'), if the release reports it
-    per step (cudagraph_metrics=True); None when it does not."""
-    stats = getattr(model_runner_output, "cudagraph_stats", None)
-    mode = getattr(stats, "runtime_mode", None)
-    if mode is None:
-        return None
+def graph_mode_name(mode) -> str:
+    """vLLM's CUDAGraphMode (enum or its str) as 'eager', 'piecewise' or 'full'."""
     name = str(getattr(mode, "name", mode)).rsplit(".", 1)[-1].lower()
     return "eager" if name == "none" else name
+
+
+def cudagraph_mode_of_step(model_runner_output) -> str | None:
+    """How the engine ran the step, if the output reports it (V1 model runner with
+    cudagraph_metrics=True); None when it does not."""
+    stats = getattr(model_runner_output, "cudagraph_stats", None)
+    mode = getattr(stats, "runtime_mode", None)
+    return None if mode is None else graph_mode_name(mode)
+
+
+def graph_dispatcher(llm):
+    """The V2 model runner (vLLM 0.26's default on CUDA) reports no per-step graph mode in
+    its output; it chooses one in cudagraph_manager.dispatch(), whose result the observer
+    reads. None for the V1 runner, which reports it in the output."""
+    manager = getattr(worker(llm).model_runner, "cudagraph_manager", None)
+    return manager if manager is not None and hasattr(manager, "dispatch") else None
 
 
 # ---- engine facts for identity and KV capacity ------------------------------------------
 
 def draft_layer_names(llm) -> list[str]:
-    drafter = getattr(worker(llm).model_runner, "drafter", None)
-    return sorted(getattr(drafter, "_draft_attn_layer_names", ()) or ())
+    runner = worker(llm).model_runner
+    drafter = getattr(runner, "drafter", None)          # V1 model runner
+    speculator = getattr(runner, "speculator", None)    # V2 model runner
+    names = (getattr(drafter, "_draft_attn_layer_names", None)
+             or getattr(speculator, "draft_attn_layer_names", None) or ())
+    return sorted(names)
 
 
 def kv_cache_groups(llm) -> list[dict]:

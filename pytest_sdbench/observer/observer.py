@@ -5,7 +5,9 @@
 - worker.execute_model / worker.sample_tokens: time the model step of the stamped iteration
   (target forward, sampling, rejection, draft proposal);
 - scheduler.update_from_output: reads the accepted counts the host-side output carries, and
-  corrects snapshots of iterations already in flight (async scheduling) for rejected drafts.
+  corrects snapshots of iterations already in flight (async scheduling) for rejected drafts;
+- the V2 model runner's cudagraph_manager.dispatch: how the step runs (graph mode), which
+  that runner does not report in its output.
 
 Snapshot and timing are joined by the stamped ID only. detach() removes every wrapper.
 """
@@ -77,6 +79,7 @@ class NativeObserver:
         self._awaiting_sample: deque[int] = deque()
         self._in_flight: deque[int] = deque()  # stamped, output not yet processed
         self._window: Window | None = None
+        self._dispatched_mode: str | None = None
         self._saved: list[tuple[object, str, object]] = []
         self.unstamped_steps = 0
 
@@ -94,6 +97,9 @@ class NativeObserver:
         self._wrap(sched, "update_from_output", self._update_from_output)
         self._wrap(worker, "execute_model", self._execute_model)
         self._wrap(worker, "sample_tokens", self._sample_tokens)
+        dispatcher = compat.graph_dispatcher(self._llm)
+        if dispatcher is not None:
+            self._wrap(dispatcher, "dispatch", self._dispatch)
         return self
 
     def _wrap(self, obj, name: str, make):
@@ -174,13 +180,25 @@ class NativeObserver:
                 self.unstamped_steps += 1
                 return original(scheduler_output, *args, **kwargs)
             self.timer.start(iid)
+            self._dispatched_mode = None
             output = original(scheduler_output, *args, **kwargs)
+            record = self._records.get(iid)
+            if record is not None and self._dispatched_mode is not None:
+                record.graph_mode = self._dispatched_mode
             if output is None:  # sampling and drafting follow in sample_tokens
                 self._awaiting_sample.append(iid)
             else:
                 self.timer.stop(iid)
             return output
         return execute_model
+
+    def _dispatch(self, original):
+        def dispatch(*args, **kwargs):
+            descriptor = original(*args, **kwargs)
+            mode = getattr(descriptor, "cg_mode", None)
+            self._dispatched_mode = None if mode is None else compat.graph_mode_name(mode)
+            return descriptor
+        return dispatch
 
     def _sample_tokens(self, original):
         def sample_tokens(*args, **kwargs):
@@ -209,7 +227,8 @@ class NativeObserver:
             if record is None:
                 return
             record.accepted = compat.accepted_tokens(model_runner_output)
-            record.graph_mode = compat.cudagraph_mode_of_step(model_runner_output)
+            record.graph_mode = (compat.cudagraph_mode_of_step(model_runner_output)
+                                 or record.graph_mode)
             self._correct_in_flight(record)
 
     def _correct_in_flight(self, done: IterationRecord) -> None:
