@@ -7,17 +7,18 @@
 set -uo pipefail
 mode=${1:?eager or graph}; shift
 out=${OUT:-gpu-out}; mkdir -p "$out"
-bash /root/wheelhouse/install.sh > "$out/install-$mode.log" 2>&1 || { cat "$out/install-$mode.log"; exit 1; }
+bash /root/wheelhouse/install.sh > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 python3 -m pip show -q pytest-sdbench >/dev/null 2>&1 || \
-  python3 -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip-$mode.log" 2>&1
+  python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/pip.log 2>&1
 args=(--sdbench-mode=agg --sdbench-preset=qwen3-0.6b --sdbench-acceptance-length=2.78
       --sdbench-artifact-dir="$out/artifacts-$mode" -p no:cacheprovider -rA)
 [ "$mode" = graph ] && args+=(--sdbench-cuda-graphs)
-nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$out/gpu-$mode.txt"
 start=$(date +%s)
-python3 -m pytest oracle_tests "${args[@]}" "$@" 2>&1 | tee "$out/oracle-$mode.log"
-rc=${PIPESTATUS[0]}
+{ echo "\$ python3 -m pytest oracle_tests ${args[*]} $*"; tail -1 /tmp/install.log
+  nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv
+  python3 -m pytest oracle_tests "${args[@]}" "$@" 2>&1; } | tee "$out/oracle-$mode.log"
+rc=$(grep -q "^=.* failed" "$out/oracle-$mode.log" && echo 1 || echo 0)
 echo "oracle $mode: exit $rc, $(( $(date +%s) - start )) s wall" | tee -a "$out/oracle-$mode.log"
 tar czf "$out/artifacts-$mode.tgz" -C "$out" "artifacts-$mode" 2>/dev/null && rm -rf "$out/artifacts-$mode"
 exit "$rc"

@@ -35,7 +35,8 @@ class CollectionResult:
     skipped: list[SkippedPoint] = field(default_factory=list)
     sampling: dict = field(default_factory=dict)
     elapsed_seconds: float = 0.0
-    measured_seconds: float = 0.0
+    measured_seconds: float = 0.0      # retained steps
+    timed_seconds: float = 0.0         # every timed step: seeds, warm-ups, measured runs
 
     @property
     def completed(self) -> int:
@@ -113,6 +114,7 @@ class Collector:
         self.progress = progress or (lambda done, total, label: None)
         self._rng = random.Random(seed)
         self.observer: NativeObserver | None = None
+        self.timed_seconds = 0.0
 
     # ---- prompts ----------------------------------------------------------------------
     def _fresh(self, n: int) -> list[int]:
@@ -125,6 +127,7 @@ class Collector:
         with self.observer.window(booking) as window:
             outputs = self.engine.generate(prompts, sampling_params(max_tokens))
         steps = [r for r in window.records if r.snapshot.phase != PHASE_IDLE]
+        self.timed_seconds += sum(r.timing.seconds for r in window.records)
         return steps, outputs
 
     def _provenance(self) -> Provenance:
@@ -207,7 +210,7 @@ class Collector:
         accepted = _accepted(record, snapshot)
         observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
         run = [n for step in steps[STEADY_STEP_INDEX - 1:]
-               for n in _accepted(step, step.corrected_snapshot())]
+               for n in _accepted(step, step.corrected_snapshot(), point.draft_depth)]
         return DecodeObservation(
             point_index=index, point=point, native_iteration_id=record.native_iteration_id,
             step_index=STEADY_STEP_INDEX, snapshot=snapshot, timing=record.timing,
@@ -241,14 +244,20 @@ class Collector:
         finally:
             self.observer.detach()
         result.elapsed_seconds = time.perf_counter() - started
+        result.timed_seconds = self.timed_seconds
         return result
 
 
-def _accepted(record, snapshot) -> tuple[int, ...]:
-    """Draft tokens each drafting request of a step had accepted, from the step's output."""
-    gained = record.accepted or {}
-    return tuple(max(gained.get(r.request_id, 0) - 1, 0) for r in snapshot.requests
-                 if r.draft_tokens)
+def _accepted(record, snapshot, full_depth: int | None = None) -> tuple[int, ...]:
+    """Draft tokens each drafting request of a step had accepted, from the step's output.
+    A step whose output the window never saw (under async scheduling, one scheduled for
+    requests that then finished) contributes nothing; with full_depth, only requests that
+    verified that many drafts count (the last steps of a run may verify fewer)."""
+    if record.accepted is None:
+        return ()
+    return tuple(record.accepted[r.request_id] - 1 for r in snapshot.requests
+                 if r.draft_tokens and r.request_id in record.accepted
+                 and (full_depth is None or r.draft_tokens == full_depth))
 
 
 def _label(point) -> str:

@@ -1,0 +1,265 @@
+"""Performance and fidelity of pytest-sdbench's native observation, measured side by side in
+one process, printed as one table. A benchmark, not a test: it asserts nothing.
+
+    python benchmarks/sdbench_bench.py                     # CPU: the tiny preset
+    python benchmarks/sdbench_bench.py --preset qwen3-0.6b --cuda-graphs --acceptance-length 2.78
+
+Rows:
+ 1. observer overhead: decode tokens/s with the observer attached vs detached, alternated
+ 2. hot-path synchronisations per step added by the observer (torch's sync debug mode)
+ 3. timing fidelity per decode point: native step time vs torch.profiler's summed device
+    time of the same run's steps, and vs scheduler wall time (schedule -> update_from_output)
+ 4. repeatability: two back-to-back collections of the same grid
+ 5. collection cost: wall time and duty cycle of the default agg grid after engine start
+ 6. suite cost (with --suite): wall time of the test suite in a subprocess
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_sdbench.collector import Collector, sampling_params  # noqa: E402
+from pytest_sdbench.contract import BOOKING_MEASURED  # noqa: E402
+from pytest_sdbench.engine import compat, start_engine  # noqa: E402
+from pytest_sdbench.observer import NativeObserver, timer_for  # noqa: E402
+from pytest_sdbench.points import parse_grid  # noqa: E402
+from pytest_sdbench.session import engine_spec, grid_for  # noqa: E402
+
+ROWS: list[tuple[str, str, str, str]] = []  # (measure, figure, goal, verdict)
+
+
+def row(measure: str, figure: str, goal: str = "", met: bool | None = None) -> None:
+    verdict = "" if met is None else ("met" if met else "MISSED")
+    ROWS.append((measure, figure, goal, verdict))
+    print(f"  {measure}: {figure} {('(goal ' + goal + ') ' + verdict) if goal else ''}",
+          flush=True)
+
+
+def decode_prompts(engine, batch: int, context: int, salt: int) -> list[list[int]]:
+    top = engine.vocab_size - 3
+    return [[(salt * 7919 + i * 104729 + j * 31) % top + 3 for j in range(context)]
+            for i in range(batch)]
+
+
+def throughput(engine, batch, context, tokens, salt) -> float:
+    prompts = decode_prompts(engine, batch, context, salt)
+    started = time.perf_counter()
+    outputs = engine.generate(prompts, sampling_params(tokens))
+    wall = time.perf_counter() - started
+    return sum(len(o.outputs[0].token_ids) for o in outputs) / wall
+
+
+def observer_overhead(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
+    throughput(engine, batch, context, tokens, salt=999)  # warm-up
+    attached, detached = [], []
+    for r in range(rounds):
+        for with_observer in ((True, False) if r % 2 == 0 else (False, True)):
+            observer = NativeObserver(engine.llm, timer_for(engine.device)).attach() \
+                if with_observer else None
+            try:
+                if observer:
+                    with observer.window(BOOKING_MEASURED):
+                        tps = throughput(engine, batch, context, tokens, salt=2 * r + 1)
+                else:
+                    tps = throughput(engine, batch, context, tokens, salt=2 * r + 2)
+            finally:
+                if observer:
+                    observer.detach()
+            (attached if with_observer else detached).append(tps)
+    ratio = statistics.median(attached) / statistics.median(detached)
+    row("decode throughput, observer attached / detached",
+        f"{statistics.median(attached):.1f} / {statistics.median(detached):.1f} tok/s = "
+        f"{100 * ratio:.2f}% (median of {rounds} alternated runs each, B={batch}, "
+        f"ctx={context}, {tokens} tokens)", ">= 99.5%", ratio >= 0.995)
+
+
+def sync_count(engine, batch: int, context: int, tokens: int) -> None:
+    if engine.device != "cuda":
+        row("host-device syncs added per step", "n/a: no device on CPU")
+        return
+    import torch
+
+    def count(with_observer: bool, salt: int) -> tuple[int, int]:
+        observer = NativeObserver(engine.llm, timer_for("cuda")).attach() \
+            if with_observer else None
+        steps = [0]
+        sched = compat.scheduler(engine.llm)
+        original = sched.schedule
+
+        def counting(*a, **k):
+            steps[0] += 1
+            return original(*a, **k)
+        sched.schedule = counting
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    engine.generate(decode_prompts(engine, batch, context, salt),
+                                    sampling_params(tokens))
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            syncs = sum("synchroniz" in str(w.message) for w in caught)
+        finally:
+            del sched.schedule
+            if observer:
+                # the window drain (at idle) is outside the counted run on purpose
+                observer.detach()
+        return syncs, steps[0]
+
+    count(False, 50)
+    base, base_steps = count(False, 51)
+    obs, obs_steps = count(True, 52)
+    per_step = obs / max(obs_steps, 1) - base / max(base_steps, 1)
+    row("host-device syncs added per step (torch sync debug mode)",
+        f"{per_step:+.3f} (engine alone {base} in {base_steps} steps; with observer {obs} in "
+        f"{obs_steps} steps)", "0", abs(per_step) < 1e-9)
+
+
+def fidelity(engine, points, tokens: int) -> None:
+    """Per point: native step time summed over a decode run vs the profiler's summed device
+    time of the same run, and vs scheduler wall time of the same iterations."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    cuda = engine.device == "cuda"
+    native_vs_kernel, wall_bias = [], []
+    for b, c in points:
+        prompts = decode_prompts(engine, b, c, salt=7000 + b * 13 + c)
+        engine.generate(decode_prompts(engine, b, c, salt=8000 + b + c), sampling_params(tokens))
+        observer = NativeObserver(engine.llm, timer_for(engine.device)).attach()
+        sched = compat.scheduler(engine.llm)
+        emitted: dict[int, float] = {}
+        walls: dict[int, float] = {}
+        schedule, update = sched.schedule, sched.update_from_output
+
+        def timed_schedule(*a, **k):
+            out = schedule(*a, **k)
+            emitted[getattr(out, "_sdbench_iteration_id")] = time.perf_counter()
+            return out
+
+        def timed_update(so, mro, *a, **k):
+            iid = getattr(so, "_sdbench_iteration_id", None)
+            if iid in emitted:
+                walls[iid] = time.perf_counter() - emitted[iid]
+            return update(so, mro, *a, **k)
+        sched.schedule, sched.update_from_output = timed_schedule, timed_update
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        try:
+            with profile(activities=activities) as prof:
+                with observer.window(BOOKING_MEASURED) as window:
+                    engine.generate(prompts, sampling_params(tokens))
+                if cuda:
+                    torch.cuda.synchronize()
+        finally:
+            sched.schedule, sched.update_from_output = schedule, update
+            observer.detach()
+        steps = [r for r in window.records if r.snapshot.requests]
+        native = sum(r.timing.seconds for r in steps)
+        wall = sum(walls.get(r.native_iteration_id, 0.0) for r in steps)
+        if cuda:
+            device_us = sum(e.self_device_time_total for e in prof.key_averages())
+            independent = device_us / 1e6
+            native_vs_kernel.append(abs(native / independent - 1))
+            kernel = f"profiler device time {independent * 1e3:.2f} ms ({100 * (native / independent - 1):+.1f}%)"
+        else:
+            kernel = "profiler device time n/a on CPU"
+        wall_bias.append(wall / native - 1)
+        row(f"fidelity B={b} ctx={c} ({len(steps)} steps)",
+            f"native {native * 1e3:.2f} ms; {kernel}; scheduler wall {wall * 1e3:.2f} ms "
+            f"({100 * (wall / native - 1):+.1f}%)")
+    if native_vs_kernel:
+        med = statistics.median(native_vs_kernel)
+        row("fidelity: median |native / profiler device time - 1|", f"{100 * med:.2f}%",
+            "<= 2%", med <= 0.02)
+    row("fidelity: median scheduler wall-time bias vs native",
+        f"{100 * statistics.median(wall_bias):+.1f}%")
+
+
+def repeatability_and_cost(engine) -> None:
+    grid = grid_for(engine)
+    first = Collector(engine, seed=1).collect("agg", grid)
+    second = Collector(engine, seed=2).collect("agg", grid)
+    a = {("p", o.point_index): o.timing.seconds for o in first.prefill} | \
+        {("d", o.point_index): o.timing.seconds for o in first.decode}
+    b = {("p", o.point_index): o.timing.seconds for o in second.prefill} | \
+        {("d", o.point_index): o.timing.seconds for o in second.decode}
+    diffs = [abs(b[k] / a[k] - 1) for k in a if k in b]
+    med = statistics.median(diffs)
+    row("repeatability: median |per-point difference|, two back-to-back agg collections",
+        f"{100 * med:.2f}% over {len(diffs)} points (max {100 * max(diffs):.1f}%)", "<= 2%",
+        med <= 0.02)
+    for name, run in (("first", first), ("second", second)):
+        row(f"collection cost, default agg grid ({name})",
+            f"{run.elapsed_seconds:.1f} s wall for {len(grid)} points; duty cycle "
+            f"{run.timed_seconds / run.elapsed_seconds:.2f} (all timed steps) / "
+            f"{run.measured_seconds / run.elapsed_seconds:.3f} (retained steps only)",
+            "<= 180 s, duty >= 0.5",
+            run.elapsed_seconds <= 180 and run.timed_seconds / run.elapsed_seconds >= 0.5)
+
+
+def suite_cost(command: list[str]) -> None:
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    tail = (result.stdout.strip().splitlines() or ["?"])[-1]
+    row(f"suite cost: {' '.join(command)}", f"{wall:.1f} s wall, exit {result.returncode}: "
+        f"{tail}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="auto")
+    parser.add_argument("--cuda-graphs", action="store_true")
+    parser.add_argument("--acceptance-length", type=float)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--suite", nargs=argparse.REMAINDER,
+                        help="a test-suite command to time, e.g. --suite pytest -q")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    spec = engine_spec(preset=args.preset, cuda_graphs=args.cuda_graphs,
+                       acceptance_length=args.acceptance_length)
+    engine = start_engine(spec)
+    print(f"engine: preset {spec.preset} on {engine.device} "
+          f"({engine.identity.device_name.value}), vLLM {engine.identity.engine_version.value}, "
+          f"K={spec.draft_depth}, graphs {not spec.enforce_eager}, acceptance "
+          f"{engine.acceptance_control} {spec.synthetic_acceptance_length or ''}, started in "
+          f"{engine.start_seconds:.1f} s", flush=True)
+    large = spec.preset != "tiny"
+    batch, context, tokens = (8, 256, 128) if large else (4, 128, 48)
+    sections = [
+        ("observer overhead", lambda: observer_overhead(engine, args.rounds, batch, context,
+                                                        tokens)),
+        ("hot-path syncs", lambda: sync_count(engine, batch, context, 32)),
+        ("fidelity", lambda: fidelity(engine, [(1, 256), (4, 256), (8, 256)] if large
+                                      else [(1, 128), (4, 128)], tokens=32)),
+        ("repeatability and cost", lambda: repeatability_and_cost(engine)),
+    ]
+    try:
+        for name, run in sections:
+            try:
+                run()
+            except Exception as exc:  # one broken measure must not hide the others
+                row(name, f"ERROR {type(exc).__name__}: {exc}")
+    finally:
+        engine.shutdown()
+    if args.suite:
+        suite_cost(args.suite)
+    print()
+    width = max(len(r[0]) for r in ROWS)
+    print(f"{'measure':<{width}} | figure | goal | verdict")
+    for measure, figure, goal, verdict in ROWS:
+        print(f"{measure:<{width}} | {figure} | {goal} | {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
