@@ -17,8 +17,9 @@ args=(--sdbench-mode=agg --sdbench-preset=qwen3-0.6b --sdbench-acceptance-length
 start=$(date +%s)
 { echo "\$ python3 -m pytest oracle_tests ${args[*]} $*"; tail -1 /tmp/install.log
   nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv
-  python3 -m pytest oracle_tests "${args[@]}" "$@" 2>&1; } | tee "$out/oracle-$mode.log"
-rc=$(grep -q "^=.* failed" "$out/oracle-$mode.log" && echo 1 || echo 0)
+  python3 -m pytest oracle_tests "${args[@]}" "$@" 2>&1; echo "pytest exit $?"; } \
+  | tee "$out/oracle-$mode.log"
+rc=$(sed -n 's/^pytest exit //p' "$out/oracle-$mode.log" | tail -1)
 echo "oracle $mode: exit $rc, $(( $(date +%s) - start )) s wall" | tee -a "$out/oracle-$mode.log"
 tar czf "$out/artifacts-$mode.tgz" -C "$out" "artifacts-$mode" 2>/dev/null && rm -rf "$out/artifacts-$mode"
 exit "$rc"
