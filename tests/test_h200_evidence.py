@@ -1,0 +1,37 @@
+"""The artifacts the GPU oracle wrote on the H200 (docs/evidence/h200/) satisfy the contract,
+and a copy with its timing relabelled is refused."""
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pytest_sdbench.artifact import schema, validate_data, validate_path
+
+EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "h200"
+ARTIFACTS = sorted(EVIDENCE.glob("artifacts-*/*.json"))
+
+
+def test_evidence_is_present():
+    assert {p.parent.name for p in ARTIFACTS} == {"artifacts-eager", "artifacts-graph"}
+
+
+@pytest.mark.parametrize("path", ARTIFACTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_h200_artifact_is_valid(path):
+    report = validate_path(path)
+    assert report.ok, report.errors
+    assert report.artifact.device == "cuda"
+    assert {o.timing.source for o in (*report.artifact.prefill, *report.artifact.decode)} == \
+        {"cuda_event"}
+    jsonschema.validate(json.loads(path.read_text()), schema.load())
+
+
+@pytest.mark.parametrize("path", [p for p in ARTIFACTS if "-agg-" in p.name],
+                         ids=lambda p: p.parent.name)
+def test_h200_artifact_with_timing_source_edited_is_rejected(path):
+    data = json.loads(path.read_text())
+    data["decode"][0]["timing"]["source"] = "host_perf_counter"
+    errors = validate_data(data).errors
+    assert any(e.startswith("decode[0].timing.source: 'host_perf_counter' cannot come from a "
+                            "'cuda' run") for e in errors), errors
