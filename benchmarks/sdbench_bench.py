@@ -91,6 +91,50 @@ def observer_overhead(engine, rounds: int, batch: int, context: int, tokens: int
         f"ctx={context}, {tokens} tokens)", ">= 99.5%", ratio >= 0.995)
 
 
+def overhead_ablation(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
+    """Where observer overhead comes from: the full observer vs the observer with a host
+    timer instead of CUDA events, vs without the graph-mode dispatch wrapper (isolation only:
+    neither variant is a valid profile)."""
+    from pytest_sdbench.observer import HostTimer
+
+    def full():
+        return NativeObserver(engine.llm, timer_for(engine.device)).attach()
+
+    def host_timer():
+        return NativeObserver(engine.llm, HostTimer()).attach()
+
+    def no_dispatch():
+        saved = compat.graph_dispatcher
+        compat.graph_dispatcher = lambda llm: None
+        try:
+            return NativeObserver(engine.llm, timer_for(engine.device)).attach()
+        finally:
+            compat.graph_dispatcher = saved
+    variants = {"detached": None, "full": full, "host timer": host_timer,
+                "no dispatch wrapper": no_dispatch}
+    results: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(rounds):
+        names = list(variants) if r % 2 == 0 else list(reversed(variants))
+        for name in names:
+            make = variants[name]
+            observer = make() if make else None
+            try:
+                if observer:
+                    with observer.window(BOOKING_MEASURED):
+                        tps = throughput(engine, batch, context, tokens, salt=100 * r + len(name))
+                else:
+                    tps = throughput(engine, batch, context, tokens, salt=100 * r + 1)
+            finally:
+                if observer:
+                    observer.detach()
+            results[name].append(tps)
+    base = statistics.median(results["detached"])
+    for name, values in results.items():
+        row(f"ablation: {name}", f"{statistics.median(values):.1f} tok/s = "
+            f"{100 * statistics.median(values) / base:.2f}% of detached "
+            f"({' '.join(f'{v:.0f}' for v in values)})")
+
+
 def sync_count(engine, batch: int, context: int, tokens: int) -> None:
     if engine.device != "cuda":
         row("host-device syncs added per step", "n/a: no device on CPU")
@@ -294,6 +338,8 @@ def main() -> int:
     parser.add_argument("--cuda-graphs", action="store_true")
     parser.add_argument("--acceptance-length", type=float)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ablation", action="store_true",
+                        help="only the observer-overhead ablation")
     parser.add_argument("--suite", nargs=argparse.REMAINDER,
                         help="a test-suite command to time, e.g. --suite pytest -q")
     args = parser.parse_args()
@@ -316,6 +362,9 @@ def main() -> int:
                                       else [(1, 128), (4, 128)], tokens=32)),
         ("repeatability and cost", lambda: repeatability_and_cost(engine)),
     ]
+    if args.ablation:
+        sections = [("overhead ablation", lambda: overhead_ablation(
+            engine, args.rounds, batch, context, tokens))]
     try:
         for name, run in sections:
             try:
