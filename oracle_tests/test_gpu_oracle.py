@@ -11,13 +11,14 @@ import pytest
 from pytest_sdbench.contract import GRAPH_EAGER, STATUS_COMPLETE
 from pytest_sdbench.engine import compat
 from pytest_sdbench.points import parse_grid
+from pytest_sdbench.session import GRAPH_BATCHES
 
 from .checks import observation_violations, restoration_violations
 
 pytestmark = [pytest.mark.sdbench_cuda, pytest.mark.sdbench_vram(3.6)]
 
 MATRIX_AL = (1.0, 2.78, 4.0)
-MATRIX_TOKENS = 64  # output tokens per request: enough decode steps to estimate AL
+MATRIX_TOKENS = 128  # output tokens per request: enough decode steps to estimate AL
 
 
 def _mode(engine) -> str:
@@ -40,12 +41,17 @@ def test_decode_matrix_cell(sdbench_collect, sdbench_engine, sdbench_note, al):
     if engine.spec.synthetic_acceptance_length is None:
         pytest.skip("the matrix needs synthetic acceptance: --sdbench-acceptance-length")
     k = engine.spec.draft_depth
-    grid = parse_grid({"decode": [{"batch_size": 8, "context_tokens": 256, "draft_depth": k,
-                                   "acceptance_length": al}]})
+    # The largest batch whose uniform decode step is a captured graph shape, so that the
+    # CUDA-graph row of the matrix really runs as a graph (and the eager row the same batch).
+    batch = max(_captured_batches(engine)) if not engine.spec.enforce_eager else \
+        max(GRAPH_BATCHES)
+    grid = parse_grid({"decode": [{"batch_size": batch, "context_tokens": 256,
+                                   "draft_depth": k, "acceptance_length": al}]})
     run = sdbench_collect("decode", grid, decode_tokens=MATRIX_TOKENS)
     (obs,) = run.artifact.decode
     assert observation_violations(run.artifact) == []
-    sdbench_note(f"matrix {_mode(engine)} AL {al}: observed {obs.run_acceptance_length:.3f} "
+    assert (obs.graph_mode == GRAPH_EAGER) == engine.spec.enforce_eager, obs.graph_mode
+    sdbench_note(f"matrix {_mode(engine)} B={batch} AL {al}: observed {obs.run_acceptance_length:.3f} "
                  f"over {obs.run_acceptance_samples} request-steps (steady step "
                  f"{obs.observed_acceptance_length:.2f}), graph_mode {obs.graph_mode}, "
                  f"{obs.timing.seconds * 1e3:.3f} ms")
@@ -53,13 +59,23 @@ def test_decode_matrix_cell(sdbench_collect, sdbench_engine, sdbench_note, al):
     assert restoration_violations(engine) == []
 
 
+def _capture_sizes(engine) -> list[int]:
+    return sorted(compat.vllm_config(engine.llm).compilation_config.cudagraph_capture_sizes)
+
+
+def _captured_batches(engine) -> list[int]:
+    """Batches whose uniform decode step (1 + K tokens a request) is a captured size."""
+    k = engine.spec.draft_depth
+    return sorted({s // (k + 1) for s in _capture_sizes(engine) if s % (k + 1) == 0})
+
+
 def test_cuda_graph_batch_axis(sdbench_collect, sdbench_engine, sdbench_note):
     engine = sdbench_engine
     if engine.spec.enforce_eager:
         pytest.skip("the engine runs eagerly: rerun with --sdbench-cuda-graphs")
     k = engine.spec.draft_depth
-    sizes = sorted(compat.vllm_config(engine.llm).compilation_config.cudagraph_capture_sizes)
-    captured = sorted({s // (k + 1) for s in sizes if s % (k + 1) == 0})
+    sizes = _capture_sizes(engine)
+    captured = _captured_batches(engine)
     axis = sorted({b for c in captured for b in (c, c + 1) if b <= engine.spec.max_num_seqs})
     al = engine.spec.synthetic_acceptance_length
     grid = parse_grid({"decode": [{"batch_size": b, "context_tokens": 128, "draft_depth": k,
