@@ -31,7 +31,6 @@ from pytest_sdbench.collector import Collector, sampling_params  # noqa: E402
 from pytest_sdbench.contract import BOOKING_MEASURED  # noqa: E402
 from pytest_sdbench.engine import compat, start_engine  # noqa: E402
 from pytest_sdbench.observer import NativeObserver, timer_for  # noqa: E402
-from pytest_sdbench.points import parse_grid  # noqa: E402
 from pytest_sdbench.session import engine_spec, grid_for  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []  # (measure, figure, goal, verdict)

@@ -51,8 +51,9 @@ def test_decode_matrix_cell(sdbench_collect, sdbench_engine, sdbench_note, al):
     (obs,) = run.artifact.decode
     assert observation_violations(run.artifact) == []
     assert (obs.graph_mode == GRAPH_EAGER) == engine.spec.enforce_eager, obs.graph_mode
-    sdbench_note(f"matrix {_mode(engine)} B={batch} AL {al}: observed {obs.run_acceptance_length:.3f} "
-                 f"over {obs.run_acceptance_samples} request-steps (steady step "
+    sdbench_note(f"matrix {_mode(engine)} B={batch} AL {al}: observed "
+                 f"{obs.run_acceptance_length:.3f} over {obs.run_acceptance_samples} "
+                 f"request-steps (steady step "
                  f"{obs.observed_acceptance_length:.2f}), graph_mode {obs.graph_mode}, "
                  f"{obs.timing.seconds * 1e3:.3f} ms")
     assert abs(obs.run_acceptance_length - al) <= 0.1

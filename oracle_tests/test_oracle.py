@@ -6,8 +6,14 @@ import json
 import jsonschema
 
 from pytest_sdbench.artifact import schema, validate_path
-from pytest_sdbench.contract import (KV_SEED_NONE, KV_SEED_REAL, PHASE_DECODE, PHASE_PREFILL,
-                                     PHASES_BY_MODE, STATUS_COMPLETE)
+from pytest_sdbench.contract import (
+    KV_SEED_NONE,
+    KV_SEED_REAL,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASES_BY_MODE,
+    STATUS_COMPLETE,
+)
 
 from .checks import observation_violations, restoration_violations
 

@@ -3,7 +3,6 @@ for EAGLE3 on CUDA) iteration N+1 is scheduled before N's rejections are known; 
 corrected snapshot must still say exactly how many KV tokens each request had. Under
 synchronous scheduling (CPU) no correction is needed and none may be made."""
 
-import pytest
 
 from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.contract import BOOKING_MEASURED

@@ -12,7 +12,6 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from .contract import DEFAULT_DRAFT_DEPTH, MODE_AGG, MODES, STATUS_COMPLETE
 from .engine import AUTO_PRESET, PRESETS

@@ -8,12 +8,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import typed
 from .artifact import Artifact, Report, build_artifact, validate_data, write_artifact
 from .collector import CollectionResult, Collector
 from .contract import DEFAULT_DRAFT_DEPTH
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize
 from .points import Grid, default_grid, load_grid
-from . import typed
 
 MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a temp folder)
 

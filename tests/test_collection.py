@@ -5,13 +5,12 @@ import copy
 
 import pytest
 
+from oracle_tests.checks import observation_violations, restoration_violations
 from pytest_sdbench import typed
 from pytest_sdbench.artifact import validate_data
 from pytest_sdbench.contract import STATUS_COMPLETE, STATUS_PARTIAL
 from pytest_sdbench.observer import HostTimer, timer_for
 from pytest_sdbench.points import parse_grid
-
-from oracle_tests.checks import observation_violations, restoration_violations
 
 pytestmark = pytest.mark.sdbench_engine
 

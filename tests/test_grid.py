@@ -4,8 +4,16 @@ import json
 
 import pytest
 
-from pytest_sdbench.points import (DecodePoint, Grid, GridError, PrefillPoint, default_grid,
-                                   grid_digest, load_grid, parse_grid)
+from pytest_sdbench.points import (
+    DecodePoint,
+    Grid,
+    GridError,
+    PrefillPoint,
+    default_grid,
+    grid_digest,
+    load_grid,
+    parse_grid,
+)
 
 GOOD = {"prefill": [{"batch_size": 2, "new_tokens": 64, "cached_prefix_tokens": 32}],
         "decode": [{"batch_size": 4, "context_tokens": 256, "draft_depth": 3,

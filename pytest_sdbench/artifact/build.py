@@ -7,11 +7,19 @@ import platform
 import uuid
 
 from .. import __version__
-from ..contract import (ARTIFACT_KIND, PACKAGE_NAME, POLICY_BY_PHASE, SCHEMA_VERSION,
-                        SPEC_METHOD_EAGLE3, STATUS_COMPLETE, STATUS_FAILED, STATUS_PARTIAL,
-                        TIME_UNIT)
-from ..typed import digest
+from ..contract import (
+    ARTIFACT_KIND,
+    PACKAGE_NAME,
+    POLICY_BY_PHASE,
+    SCHEMA_VERSION,
+    SPEC_METHOD_EAGLE3,
+    STATUS_COMPLETE,
+    STATUS_FAILED,
+    STATUS_PARTIAL,
+    TIME_UNIT,
+)
 from ..points import grid_digest
+from ..typed import digest
 from .model import Artifact, Coverage, Integrity, Producer, Sampling, Speculative
 
 

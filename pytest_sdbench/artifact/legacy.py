@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import copy
 
-from ..contract import (ACCEPTANCE_NATURAL, IDENTITY_UNRESOLVED, KV_SEED_NONE,
-                        LEGACY_SCHEMA_VERSIONS, MODE_AGG, SCHEMA_VERSION)
+from ..contract import (
+    ACCEPTANCE_NATURAL,
+    IDENTITY_UNRESOLVED,
+    KV_SEED_NONE,
+    LEGACY_SCHEMA_VERSIONS,
+    MODE_AGG,
+    SCHEMA_VERSION,
+)
 from ..typed import digest
 
 UNVERIFIED_PREFIX = "unverified"  # legacy only: a cached prefix nobody verified as a hit

@@ -11,16 +11,36 @@ import math
 from dataclasses import dataclass, field
 
 from .. import typed
-from ..typed import digest
 from ..collector.shape import decode_mismatch, prefill_mismatch
-from ..contract import (ACCEPTANCE_CONTROLS, ACCEPTANCE_SYNTHETIC, ARTIFACT_KIND,
-                        BOOKING_MEASURED, DEVICES, GRAPH_MODES, IDENTITY_RESOLVED, KV_SEED_NONE, KV_SEED_REAL,
-                        KV_SEED_REGIMES, LEGACY_SCHEMA_VERSIONS, MODES, PHASE_DECODE,
-                        PHASE_PREFILL, PHASES_BY_MODE, POLICY_BY_PHASE, SCHEMA_VERSION,
-                        SOURCE_FOR_DEVICE, STATUS_COMPLETE, STATUSES, STEADY_STEP_INDEX,
-                        TIME_UNIT, TIMER_FOR_SOURCE, TIMING_SCOPES)
+from ..contract import (
+    ACCEPTANCE_CONTROLS,
+    ACCEPTANCE_SYNTHETIC,
+    ARTIFACT_KIND,
+    BOOKING_MEASURED,
+    DEVICES,
+    GRAPH_MODES,
+    IDENTITY_RESOLVED,
+    KV_SEED_NONE,
+    KV_SEED_REAL,
+    KV_SEED_REGIMES,
+    LEGACY_SCHEMA_VERSIONS,
+    MODES,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASES_BY_MODE,
+    POLICY_BY_PHASE,
+    SCHEMA_VERSION,
+    SOURCE_FOR_DEVICE,
+    STATUS_COMPLETE,
+    STATUSES,
+    STEADY_STEP_INDEX,
+    TIME_UNIT,
+    TIMER_FOR_SOURCE,
+    TIMING_SCOPES,
+)
 from ..observer.records import Snapshot
 from ..points import grid_digest
+from ..typed import digest
 from .model import Artifact
 
 # A consumer's draft-depth import window; K outside it is flagged, never dropped.

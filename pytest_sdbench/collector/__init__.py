@@ -1,7 +1,6 @@
 """Warm-up, measurement policy, phases and restoration around the observer."""
 
-from .collect import (CollectionResult, Collector, PointFailed, check_grid_fits,
-                      sampling_params)
+from .collect import CollectionResult, Collector, PointFailed, check_grid_fits, sampling_params
 from .results import DecodeObservation, PrefillObservation, SkippedPoint
 from .shape import decode_mismatch, prefill_mismatch
 

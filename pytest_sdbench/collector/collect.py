@@ -13,9 +13,20 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..contract import (BOOKING_MEASURED, BOOKING_UNBOOKED, BOOKING_WARMUP, GRAPH_EAGER,
-                        KV_SEED_NONE, KV_SEED_REAL, PHASE_DECODE, PHASE_IDLE, PHASE_PREFILL,
-                        PHASES_BY_MODE, STEADY_STEP_INDEX, TIMER_FOR_SOURCE)
+from ..contract import (
+    BOOKING_MEASURED,
+    BOOKING_UNBOOKED,
+    BOOKING_WARMUP,
+    GRAPH_EAGER,
+    KV_SEED_NONE,
+    KV_SEED_REAL,
+    PHASE_DECODE,
+    PHASE_IDLE,
+    PHASE_PREFILL,
+    PHASES_BY_MODE,
+    STEADY_STEP_INDEX,
+    TIMER_FOR_SOURCE,
+)
 from ..engine import compat
 from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
 from ..points import DecodePoint, Grid, GridError, PrefillPoint

@@ -11,7 +11,6 @@ from . import compat
 from .facts import ExecutionIdentity, KVCapacity, resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
 
-
 PROBE_PROMPT_TOKENS, PROBE_MAX_TOKENS = 48, 16
 
 

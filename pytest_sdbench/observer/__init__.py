@@ -1,9 +1,16 @@
 """Stamps native iteration IDs, freezes snapshots, receives timing samples, joins them."""
 
 from .observer import STAMP_ATTR, IterationRecord, NativeObserver, TimingMissing, Window
-from .records import Provenance, QueueSnapshot, RejectionCorrection, RequestSnapshot, Snapshot, TimingSample
+from .records import (
+           Provenance,
+           QueueSnapshot,
+           RejectionCorrection,
+           RequestSnapshot,
+           Snapshot,
+           TimingSample,
+)
 from .timing import CudaEventTimer, HostTimer, timer_for
 
-__all__ = ["STAMP_ATTR", "CudaEventTimer", "HostTimer", "IterationRecord", "NativeObserver", "Provenance",
-           "QueueSnapshot", "RejectionCorrection", "RequestSnapshot", "Snapshot",
+__all__ = ["STAMP_ATTR", "CudaEventTimer", "HostTimer", "IterationRecord", "NativeObserver",
+           "Provenance", "QueueSnapshot", "RejectionCorrection", "RequestSnapshot", "Snapshot",
            "TimingMissing", "TimingSample", "Window", "timer_for"]
