@@ -8,8 +8,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
+
 from . import typed
-from .artifact import Artifact, Report, build_artifact, validate_data, write_artifact
+from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
 from .collector import CollectionResult, Collector
 from .contract import DEFAULT_DRAFT_DEPTH
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize
@@ -88,16 +90,20 @@ def artifact_name(mode: str, run_id: str, worker: str | None) -> str:
 def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
                         worker: str | None = None, progress=None,
                         decode_tokens: int | None = None) -> CollectionRun:
-    """Collect, build the artifact, validate it, and write it atomically. An artifact the
-    validator refuses is written as ``*.invalid.json`` and raised as InvalidArtifact."""
+    """Collect, build the artifact, check it against the validator and the published JSON
+    Schema, and write it atomically. An artifact either refuses is written as
+    ``*.invalid.json`` and raised as InvalidArtifact."""
     result = Collector(engine, progress=progress, decode_tokens=decode_tokens).collect(mode, grid)
     artifact = build_artifact(result, engine, worker=worker)
-    report = validate_data(typed.encode(artifact))
+    data = typed.encode(artifact)
+    report = validate_data(data)
+    errors = list(report.errors) + [
+        f"JSON Schema: {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in jsonschema.Draft202012Validator(schema.load()).iter_errors(data)]
     name = artifact_name(mode, artifact.run_id, worker)
-    if not report.ok:
+    if errors:
         bad = write_artifact(artifact, Path(out_dir) / name.replace(".json", ".invalid.json"))
-        raise InvalidArtifact(f"the artifact failed validation ({bad}): "
-                              + "; ".join(report.errors))
+        raise InvalidArtifact(f"the artifact failed validation ({bad}): " + "; ".join(errors))
     path = write_artifact(artifact, Path(out_dir) / name)
     return CollectionRun(result, artifact, report, path)
 

@@ -1,6 +1,7 @@
 """The artifact contract: model, builder, atomic store, fail-closed validator, legacy
 readers and the published JSON Schema."""
 
+from . import schema
 from .build import build_artifact
 from .model import Artifact
 from .store import UnusableArtifact, read_json, write_artifact
@@ -12,5 +13,5 @@ def validate_path(path, k_window=DEFAULT_K_WINDOW) -> Report:
     return validate_data(read_json(path), k_window)
 
 
-__all__ = ["Artifact", "DEFAULT_K_WINDOW", "Report", "UnusableArtifact", "build_artifact",
+__all__ = ["schema", "Artifact", "DEFAULT_K_WINDOW", "Report", "UnusableArtifact", "build_artifact",
            "read_json", "validate_data", "validate_path", "write_artifact"]
