@@ -81,3 +81,34 @@ def test_bad_k_window_is_a_usage_error(capsys):
         main(["validate", str(REAL), "--k-window", "five"])
     assert excinfo.value.code == 2
     assert "--k-window: expected LOW-HIGH, got 'five'" in capsys.readouterr().err
+
+
+def test_collect_refuses_a_model_directory_without_config(tmp_path, capsys):
+    (tmp_path / "draft").mkdir()
+    code = main(["collect", "--model", str(tmp_path), "--draft", str(tmp_path / "draft")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"model: '{tmp_path}' is not a checkpoint directory with a config.json" in err
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path):
+    """`sdbench collect` with the user's own target and draft directories (here the tiny
+    preset's, written out), a grid manifest, and an output folder."""
+    from pytest_sdbench.engine import materialize
+    target, draft = materialize("tiny", tmp_path / "models")
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"decode": [{"batch_size": 2, "context_tokens": 64,
+                                            "draft_depth": 3, "acceptance_length": None}]}))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_sdbench.cli", "collect", "--mode", "decode", "--model",
+         str(target), "--draft", str(draft), "--grid", str(grid), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (artifact,) = (tmp_path / "out").glob("sdbench-decode-*.json")
+    assert f"wrote {artifact}" in result.stdout
+    assert "sdbench [1/1] done" in result.stderr
+    data = json.loads(artifact.read_text())
+    assert data["identity"]["target"]["model"]["value"] == str(target)
+    assert main(["validate", str(artifact)]) == 0
