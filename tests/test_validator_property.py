@@ -101,7 +101,10 @@ values = st.one_of(st.integers(-3, 10**6), st.floats(allow_nan=True, allow_infin
                    st.booleans(), st.text(max_size=6), st.none())
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI sees the same 400 mutations every run (a 6000-example random search found
+# no counterexample either; widen max_examples locally to search further).
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(index=st.integers(0, len(LEAVES) - 1), new=values, delete=st.booleans())
 def test_a_mutation_that_breaks_an_invariant_is_rejected(index, new, delete):
     path, old = LEAVES[index]
