@@ -68,6 +68,12 @@ def _err(text: str) -> None:
 
 
 def cmd_collect(args) -> int:
+    import os
+    import warnings
+    # A person reads the progress and the table; vLLM's log lines would bury them (set
+    # VLLM_LOGGING_LEVEL to see them).
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    warnings.filterwarnings("ignore", category=FutureWarning)
     from .engine import start_engine
     from .points import GridError
     from .session import InvalidArtifact, collect_to_artifact, describe, engine_spec, grid_for
