@@ -111,7 +111,7 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
 def describe(run: CollectionRun) -> str:
     a = run.artifact
     return (f"{run.path} (mode {a.mode}, {a.coverage.completed}/{a.coverage.expected} points, "
-            f"status {a.status}, device {a.device}, timing {a.device and _source(a)}, "
+            f"status {a.status}, device {a.device}, timing {_source(a)}, "
             f"collection {a.elapsed_seconds:.1f} s)")
 
 

@@ -6,7 +6,6 @@ import gc
 import time
 from dataclasses import dataclass
 
-from ..contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC
 from . import compat
 from .facts import ExecutionIdentity, KVCapacity, resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
@@ -48,8 +47,7 @@ class SdbenchEngine:
 
     @property
     def acceptance_control(self) -> str:
-        return (ACCEPTANCE_SYNTHETIC if self.spec.synthetic_acceptance_length is not None
-                else ACCEPTANCE_NATURAL)
+        return self.spec.acceptance_control
 
     def generate(self, prompts: list[list[int]], sampling_params):
         if self.closed:
@@ -92,9 +90,8 @@ def start_engine(spec: EngineSpec) -> SdbenchEngine:
     started = time.perf_counter()
     llm = LLM(**kwargs)
     seconds = time.perf_counter() - started
-    acceptance = ACCEPTANCE_SYNTHETIC if spec.synthetic_acceptance_length else ACCEPTANCE_NATURAL
     engine = SdbenchEngine(spec=spec, llm=llm, device=device,
-                           identity=resolve_identity(llm, acceptance),
+                           identity=resolve_identity(llm, spec.acceptance_control),
                            kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)
     engine.baseline = engine.probe()
     return engine

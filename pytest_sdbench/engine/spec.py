@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..contract import DEFAULT_DRAFT_DEPTH
+from ..contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC, DEFAULT_DRAFT_DEPTH
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,11 @@ class EngineSpec:
     async_scheduling: bool | None = None  # None: vLLM's own default for the platform
     seed: int = 0
     extra: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def acceptance_control(self) -> str:
+        return (ACCEPTANCE_NATURAL if self.synthetic_acceptance_length is None
+                else ACCEPTANCE_SYNTHETIC)
 
     def __post_init__(self):
         if self.draft_depth < 1:

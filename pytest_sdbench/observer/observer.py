@@ -20,7 +20,6 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from ..contract import BOOKING_UNBOOKED
 from ..engine import compat
 from .records import QueueSnapshot, RejectionCorrection, RequestSnapshot, Snapshot, TimingSample
 
@@ -39,7 +38,6 @@ class IterationRecord:
     accepted: dict[str, int] | None = None     # tokens gained per request, from the output
     graph_mode: str | None = None               # as the step's output reports it
     corrections: list[RejectionCorrection] = field(default_factory=list)
-    windowed: bool = False                      # stamped while a window was open
 
     @property
     def native_iteration_id(self) -> int:
@@ -76,8 +74,8 @@ class NativeObserver:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._records: dict[int, IterationRecord] = {}
-        self._awaiting_sample: deque[int] = deque()
-        self._in_flight: deque[int] = deque()  # stamped, output not yet processed
+        self._awaiting_sample: deque[int | None] = deque()  # None: an untimed iteration
+        self._in_flight: deque[int] = deque()  # recorded, output not yet processed
         self._window: Window | None = None
         self._dispatched_mode: str | None = None
         self._saved: list[tuple[object, str, object]] = []
@@ -156,38 +154,41 @@ class NativeObserver:
         return schedule
 
     def _freeze(self, iid: int, output) -> None:
+        """Record the iteration if a window is open; traffic outside windows (the engine
+        serving ordinary requests while attached) is stamped but neither frozen nor timed."""
+        window = self._window
+        if window is None:
+            return
         rows = compat.scheduled_requests(output, self._sched)
         requests = tuple(RequestSnapshot(
             request_id=r["request_id"], prompt_tokens=r["prompt_tokens"],
             new_tokens=r["scheduled_tokens"] - r["draft_tokens"], kv_tokens=r["computed_tokens"],
             draft_tokens=r["draft_tokens"], preemptions=r["preemptions"]) for r in rows)
         waiting, running = compat.queue_lengths(self._sched)
-        window = self._window
         snapshot = Snapshot(native_iteration_id=iid, phase=Snapshot.phase_of(requests),
-                            booking=window.booking if window else BOOKING_UNBOOKED,
+                            booking=window.booking,
                             requests=requests, queue=QueueSnapshot(waiting, running),
                             total_scheduled_tokens=int(output.total_num_scheduled_tokens))
         with self._lock:
-            self._records[iid] = IterationRecord(snapshot, windowed=window is not None)
+            self._records[iid] = IterationRecord(snapshot)
             self._in_flight.append(iid)
-            if window is not None:
-                window.ids.append(iid)
+            window.ids.append(iid)
 
     def _execute_model(self, original):
         def execute_model(scheduler_output, *args, **kwargs):
             iid = getattr(scheduler_output, STAMP_ATTR, None)
             if iid is None:
                 self.unstamped_steps += 1
-                return original(scheduler_output, *args, **kwargs)
-            self.timer.start(iid)
+            record = self._records.get(iid)
+            if record is not None:
+                self.timer.start(iid)
             self._dispatched_mode = None
             output = original(scheduler_output, *args, **kwargs)
-            record = self._records.get(iid)
             if record is not None and self._dispatched_mode is not None:
                 record.graph_mode = self._dispatched_mode
             if output is None:  # sampling and drafting follow in sample_tokens
-                self._awaiting_sample.append(iid)
-            else:
+                self._awaiting_sample.append(iid if record is not None else None)
+            elif record is not None:
                 self.timer.stop(iid)
             return output
         return execute_model
@@ -203,8 +204,9 @@ class NativeObserver:
     def _sample_tokens(self, original):
         def sample_tokens(*args, **kwargs):
             output = original(*args, **kwargs)
-            if self._awaiting_sample:
-                self.timer.stop(self._awaiting_sample.popleft())
+            iid = self._awaiting_sample.popleft() if self._awaiting_sample else None
+            if iid is not None:
+                self.timer.stop(iid)
             return output
         return sample_tokens
 
@@ -215,7 +217,6 @@ class NativeObserver:
                 self._book_output(iid, model_runner_output)
             result = original(scheduler_output, model_runner_output, *args, **kwargs)
             self._collect(self.timer.poll())
-            self._forget_unwindowed()
             return result
         return update_from_output
 
@@ -251,10 +252,3 @@ class NativeObserver:
                 if rejected > 0:
                     later.corrections.append(RejectionCorrection(
                         r.request_id, r.preemptions, done.native_iteration_id, rejected))
-
-    def _forget_unwindowed(self) -> None:
-        """Iterations outside any window (unbooked traffic) are not kept once settled."""
-        with self._lock:
-            for iid, record in list(self._records.items()):
-                if not record.windowed and iid not in self._in_flight:
-                    del self._records[iid]
