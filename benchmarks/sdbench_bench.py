@@ -302,8 +302,8 @@ def fidelity(engine, points, tokens: int) -> None:
 
 def repeatability_and_cost(engine) -> None:
     grid = grid_for(engine)
-    first = Collector(engine, seed=1).collect("agg", grid)
-    second = Collector(engine, seed=2).collect("agg", grid)
+    first = Collector(engine).collect("agg", grid)
+    second = Collector(engine).collect("agg", grid)
     a = {("p", o.point_index): o.timing.seconds for o in first.prefill} | \
         {("d", o.point_index): o.timing.seconds for o in first.decode}
     b = {("p", o.point_index): o.timing.seconds for o in second.prefill} | \

@@ -115,3 +115,15 @@ def test_real_observations_with_a_timing_removed_or_shifted_are_rejected(sdbench
     errors = "\n".join(validate_data(shifted).errors)
     assert "decode[0].timing.native_iteration_id" in errors
     assert "decode[1].timing.native_iteration_id" in errors
+
+
+def test_repeated_collections_on_one_engine_stay_exact(sdbench_collect, sdbench_engine):
+    """A second collection of the same grid must not replay the first one's prompts: a
+    replayed prompt would be a larger cache hit than the point's prefix."""
+    block = sdbench_engine.block_size
+    grid = parse_grid({"prefill": [{"batch_size": 1, "new_tokens": 3 * block,
+                                    "cached_prefix_tokens": block}]})
+    runs = [sdbench_collect("prefill", grid) for _ in range(2)]
+    for run in runs:
+        assert run.artifact.status == STATUS_COMPLETE, run.artifact.coverage.skipped_points
+        assert observation_violations(run.artifact) == []

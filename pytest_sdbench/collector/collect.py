@@ -7,7 +7,6 @@ The observer is attached for the collection and detached afterwards, whatever ha
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from contextlib import contextmanager
@@ -119,19 +118,19 @@ def check_grid_fits(grid: Grid, engine) -> None:
 
 
 class Collector:
-    def __init__(self, engine, progress=None, seed: int = 0, decode_tokens: int | None = None):
+    def __init__(self, engine, progress=None, decode_tokens: int | None = None):
         self.engine = engine
         self.decode_tokens = decode_tokens  # output tokens of a decode run (default: enough)
         self.progress = progress or (lambda done, total, label: None)
-        self._rng = random.Random(seed)
         self.observer: NativeObserver | None = None
         self.timed_seconds = 0.0
 
     # ---- prompts ----------------------------------------------------------------------
     def _fresh(self, n: int) -> list[int]:
-        """Tokens no earlier prompt shares, so the only cache hits are the ones we seed."""
-        top = self.engine.vocab_size
-        return [self._rng.randrange(FIRST_PROMPT_TOKEN, top) for _ in range(n)]
+        """Tokens no earlier prompt on this engine shares (the stream lives on the engine, so
+        a second collection does not replay the first one's prompts), so that the only
+        cache hits are the ones we seed."""
+        return self.engine.fresh_tokens(n, first=FIRST_PROMPT_TOKEN)
 
     # ---- runs -------------------------------------------------------------------------
     def _run(self, prompts, max_tokens: int, booking: str):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import gc
+import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import compat
 from .facts import ExecutionIdentity, KVCapacity, resolve_identity, resolve_kv_capacity
@@ -36,6 +37,7 @@ class SdbenchEngine:
     start_seconds: float
     baseline: "ServingProbe | None" = None
     closed: bool = False
+    prompt_rng: random.Random = field(default_factory=random.Random, repr=False)
 
     @property
     def block_size(self) -> int:
@@ -48,6 +50,11 @@ class SdbenchEngine:
     @property
     def acceptance_control(self) -> str:
         return self.spec.acceptance_control
+
+    def fresh_tokens(self, n: int, first: int = 0) -> list[int]:
+        """n token ids from one stream per engine, so prompts never repeat on this engine."""
+        top = self.vocab_size
+        return [self.prompt_rng.randrange(first, top) for _ in range(n)]
 
     def generate(self, prompts: list[list[int]], sampling_params):
         if self.closed:
@@ -90,7 +97,7 @@ def start_engine(spec: EngineSpec) -> SdbenchEngine:
     started = time.perf_counter()
     llm = LLM(**kwargs)
     seconds = time.perf_counter() - started
-    engine = SdbenchEngine(spec=spec, llm=llm, device=device,
+    engine = SdbenchEngine(spec=spec, llm=llm, device=device, prompt_rng=random.Random(spec.seed),
                            identity=resolve_identity(llm, spec.acceptance_control),
                            kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)
     engine.baseline = engine.probe()
