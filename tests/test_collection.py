@@ -127,3 +127,19 @@ def test_repeated_collections_on_one_engine_stay_exact(sdbench_collect, sdbench_
     for run in runs:
         assert run.artifact.status == STATUS_COMPLETE, run.artifact.coverage.skipped_points
         assert observation_violations(run.artifact) == []
+
+
+def test_a_grid_the_engine_cannot_run_exactly_is_refused_naming_the_field(sdbench_collect,
+                                                                          sdbench_engine):
+    from pytest_sdbench.points import GridError
+    spec = sdbench_engine.spec
+    grid = parse_grid({"decode": [
+        {"batch_size": 1, "context_tokens": 64, "draft_depth": spec.draft_depth + 1,
+         "acceptance_length": None},
+        {"batch_size": spec.max_num_seqs + 1, "context_tokens": 64,
+         "draft_depth": spec.draft_depth, "acceptance_length": None}]})
+    with pytest.raises(GridError) as excinfo:
+        sdbench_collect("decode", grid)
+    text = str(excinfo.value)
+    assert f"decode[0].draft_depth: the engine verifies K={spec.draft_depth}" in text
+    assert f"decode[1].batch_size: {spec.max_num_seqs + 1} exceeds max_num_seqs" in text

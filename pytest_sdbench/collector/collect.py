@@ -72,7 +72,7 @@ def decode_max_tokens(draft_depth: int) -> int:
     return 1 + 2 * (draft_depth + 1)
 
 
-def check_grid_fits(grid: Grid, engine) -> None:
+def check_grid_fits(grid: Grid, engine, decode_tokens: int | None = None) -> None:
     """Reject, before anything runs, points this engine cannot run as one exact step."""
     spec, block = engine.spec, engine.block_size
     budget, seqs, max_len = spec.max_num_batched_tokens, spec.max_num_seqs, spec.max_model_len
@@ -105,9 +105,10 @@ def check_grid_fits(grid: Grid, engine) -> None:
             errors.append(f"{where}: batch_size*context_tokens = "
                           f"{d.batch_size * d.context_tokens} exceeds max_num_batched_tokens "
                           f"{budget}; admission would be chunked")
-        if d.context_tokens + decode_max_tokens(d.draft_depth) + d.draft_depth > max_len:
+        output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth))
+        if d.context_tokens + output + d.draft_depth > max_len:
             errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
-                          f"steady step within max_model_len {max_len}")
+                          f"run of {output} output tokens within max_model_len {max_len}")
         synthetic = spec.synthetic_acceptance_length is not None
         if synthetic != (d.acceptance_length is not None):
             errors.append(f"{where}.acceptance_length: the engine's acceptance is "
@@ -233,7 +234,7 @@ class Collector:
     def collect(self, mode: str, grid: Grid) -> CollectionResult:
         phases = PHASES_BY_MODE[mode]
         grid = grid.only(phases)
-        check_grid_fits(grid, self.engine)
+        check_grid_fits(grid, self.engine, self.decode_tokens)
         result = CollectionResult(mode=mode, grid=grid, sampling=dict(SAMPLING_DESCRIPTION))
         work = [(PHASE_PREFILL, i, p) for i, p in enumerate(grid.prefill)] + \
                [(PHASE_DECODE, i, p) for i, p in enumerate(grid.decode)]
