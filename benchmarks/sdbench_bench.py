@@ -17,6 +17,7 @@ Rows:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_sdbench.collector import Collector, sampling_params  # noqa: E402
 from pytest_sdbench.contract import BOOKING_MEASURED  # noqa: E402
 from pytest_sdbench.engine import compat, start_engine  # noqa: E402
-from pytest_sdbench.observer import NativeObserver, timer_for  # noqa: E402
+from pytest_sdbench.observer import STAMP_ATTR, NativeObserver, timer_for  # noqa: E402
 from pytest_sdbench.session import engine_spec, grid_for  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []  # (measure, figure, goal, verdict)
@@ -43,44 +44,49 @@ def row(measure: str, figure: str, goal: str = "", met: bool | None = None) -> N
           flush=True)
 
 
-def decode_prompts(engine, batch: int, context: int, salt: int) -> list[list[int]]:
-    top = engine.vocab_size - 3
-    return [[(salt * 7919 + i * 104729 + j * 31) % top + 3 for j in range(context)]
-            for i in range(batch)]
+def decode_prompts(engine, batch: int, context: int) -> list[list[int]]:
+    """Fresh prompts from the engine's own stream: none repeats, so none is a cache hit."""
+    return [engine.fresh_tokens(context) for _ in range(batch)]
 
 
-def throughput(engine, batch, context, tokens, salt) -> float:
-    prompts = decode_prompts(engine, batch, context, salt)
+def throughput(engine, batch, context, tokens) -> float:
+    prompts = decode_prompts(engine, batch, context)
     started = time.perf_counter()
     outputs = engine.generate(prompts, sampling_params(tokens))
     wall = time.perf_counter() - started
     return sum(len(o.outputs[0].token_ids) for o in outputs) / wall
 
 
-def observer_overhead(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
-    attached, detached = [], []
-    for salt in (997, 998):  # warm-up: both ways once, unbooked
-        observer = NativeObserver(engine.llm, timer_for(engine.device)).attach() \
-            if salt == 997 else None
-        try:
-            throughput(engine, batch, context, tokens, salt=salt)
-        finally:
-            if observer:
-                observer.detach()
+def attach_full(engine):
+    return NativeObserver(engine.llm, timer_for(engine.device)).attach()
+
+
+def throughput_with(engine, attach, batch, context, tokens) -> float:
+    """Decode throughput with the observer `attach(engine)` returns (None: detached)."""
+    observer = attach(engine) if attach else None
+    try:
+        with observer.window(BOOKING_MEASURED) if observer else contextlib.nullcontext():
+            return throughput(engine, batch, context, tokens)
+    finally:
+        if observer:
+            observer.detach()
+
+
+def alternated(engine, variants: dict, rounds: int, batch, context, tokens) -> dict:
+    """Each variant once per round, the order reversed every other round."""
+    for attach in variants.values():  # warm-up: every way once, unbooked
+        throughput_with(engine, attach, batch, context, tokens)
+    results: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(rounds):
-        for with_observer in ((True, False) if r % 2 == 0 else (False, True)):
-            observer = NativeObserver(engine.llm, timer_for(engine.device)).attach() \
-                if with_observer else None
-            try:
-                if observer:
-                    with observer.window(BOOKING_MEASURED):
-                        tps = throughput(engine, batch, context, tokens, salt=2 * r + 1)
-                else:
-                    tps = throughput(engine, batch, context, tokens, salt=2 * r + 2)
-            finally:
-                if observer:
-                    observer.detach()
-            (attached if with_observer else detached).append(tps)
+        for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
+            results[name].append(throughput_with(engine, variants[name], batch, context, tokens))
+    return results
+
+
+def observer_overhead(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
+    results = alternated(engine, {"attached": attach_full, "detached": None}, rounds, batch,
+                         context, tokens)
+    attached, detached = results["attached"], results["detached"]
     print(f"    attached tok/s: {' '.join(f'{x:.0f}' for x in attached)}", flush=True)
     print(f"    detached tok/s: {' '.join(f'{x:.0f}' for x in detached)}", flush=True)
     ratio = statistics.median(attached) / statistics.median(detached)
@@ -96,37 +102,19 @@ def overhead_ablation(engine, rounds: int, batch: int, context: int, tokens: int
     neither variant is a valid profile)."""
     from pytest_sdbench.observer import HostTimer
 
-    def full():
-        return NativeObserver(engine.llm, timer_for(engine.device)).attach()
-
-    def host_timer():
+    def host_timer(engine):
         return NativeObserver(engine.llm, HostTimer()).attach()
 
-    def no_dispatch():
+    def no_dispatch(engine):
         saved = compat.graph_dispatcher
         compat.graph_dispatcher = lambda llm: None
         try:
-            return NativeObserver(engine.llm, timer_for(engine.device)).attach()
+            return attach_full(engine)
         finally:
             compat.graph_dispatcher = saved
-    variants = {"detached": None, "full": full, "host timer": host_timer,
-                "no dispatch wrapper": no_dispatch}
-    results: dict[str, list[float]] = {name: [] for name in variants}
-    for r in range(rounds):
-        names = list(variants) if r % 2 == 0 else list(reversed(variants))
-        for name in names:
-            make = variants[name]
-            observer = make() if make else None
-            try:
-                if observer:
-                    with observer.window(BOOKING_MEASURED):
-                        tps = throughput(engine, batch, context, tokens, salt=100 * r + len(name))
-                else:
-                    tps = throughput(engine, batch, context, tokens, salt=100 * r + 1)
-            finally:
-                if observer:
-                    observer.detach()
-            results[name].append(tps)
+    results = alternated(engine, {"detached": None, "full": attach_full,
+                                  "host timer": host_timer, "no dispatch wrapper": no_dispatch},
+                         rounds, batch, context, tokens)
     base = statistics.median(results["detached"])
     for name, values in results.items():
         row(f"ablation: {name}", f"{statistics.median(values):.1f} tok/s = "
@@ -140,9 +128,8 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
         return
     import torch
 
-    def count(with_observer: bool, salt: int) -> tuple[int, int]:
-        observer = NativeObserver(engine.llm, timer_for("cuda")).attach() \
-            if with_observer else None
+    def count(with_observer: bool) -> tuple[int, int]:
+        observer = attach_full(engine) if with_observer else None
         steps = [0]
         sched = compat.scheduler(engine.llm)
         original = sched.schedule
@@ -156,7 +143,7 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
                 warnings.simplefilter("always")
                 torch.cuda.set_sync_debug_mode("warn")
                 try:
-                    engine.generate(decode_prompts(engine, batch, context, salt),
+                    engine.generate(decode_prompts(engine, batch, context),
                                     sampling_params(tokens))
                 finally:
                     torch.cuda.set_sync_debug_mode("default")
@@ -176,9 +163,9 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     control = sum("synchroniz" in str(w.message) for w in caught)
-    count(False, 50)
-    base, base_steps = count(False, 51)
-    obs, obs_steps = count(True, 52)
+    count(False)
+    base, base_steps = count(False)
+    obs, obs_steps = count(True)
     per_step = obs / max(obs_steps, 1) - base / max(base_steps, 1)
     row("host-device syncs added per step (torch sync debug mode)",
         f"{per_step:+.3f} (engine alone {base} in {base_steps} steps; with observer {obs} in "
@@ -194,7 +181,7 @@ def _annotate_steps(worker):
     open_ranges = []
 
     def execute_model(scheduler_output, *a, **k):
-        iid = getattr(scheduler_output, "_sdbench_iteration_id", None)
+        iid = getattr(scheduler_output, STAMP_ATTR, None)
         scope = record_function(f"sdbench_step_{iid}")
         scope.__enter__()
         output = execute(scheduler_output, *a, **k)
@@ -240,9 +227,9 @@ def fidelity(engine, points, tokens: int) -> None:
     cuda = engine.device == "cuda"
     span_errors, wall_bias = [], []
     for b, c in points:
-        prompts = decode_prompts(engine, b, c, salt=7000 + b * 13 + c)
-        engine.generate(decode_prompts(engine, b, c, salt=8000 + b + c), sampling_params(tokens))
-        observer = NativeObserver(engine.llm, timer_for(engine.device)).attach()
+        prompts = decode_prompts(engine, b, c)
+        engine.generate(decode_prompts(engine, b, c), sampling_params(tokens))
+        observer = attach_full(engine)
         sched = compat.scheduler(engine.llm)
         emitted: dict[int, float] = {}
         walls: dict[int, float] = {}
@@ -250,11 +237,11 @@ def fidelity(engine, points, tokens: int) -> None:
 
         def timed_schedule(*a, **k):
             out = schedule(*a, **k)
-            emitted[getattr(out, "_sdbench_iteration_id")] = time.perf_counter()
+            emitted[getattr(out, STAMP_ATTR)] = time.perf_counter()
             return out
 
         def timed_update(so, mro, *a, **k):
-            iid = getattr(so, "_sdbench_iteration_id", None)
+            iid = getattr(so, STAMP_ATTR, None)
             if iid in emitted:
                 walls[iid] = time.perf_counter() - emitted[iid]
             return update(so, mro, *a, **k)

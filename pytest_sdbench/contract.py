@@ -63,6 +63,12 @@ ACCEPTANCE_CONTROLS = (ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC)
 STATUS_COMPLETE, STATUS_PARTIAL, STATUS_FAILED = "complete", "partial", "failed"
 STATUSES = (STATUS_COMPLETE, STATUS_PARTIAL, STATUS_FAILED)
 
+# Every request the package sends (seeds, warm-ups, measured runs, the serving probe) uses
+# these generation sampling parameters; only max_tokens varies.
+GENERATION_SAMPLING = {"temperature": 0.0, "ignore_eos": True, "detokenize": False}
+# The first token ids are special (pad, bos, eos) in most vocabularies; prompts avoid them.
+FIRST_PROMPT_TOKEN = 3
+
 SPEC_METHOD_EAGLE3 = "eagle3"
 DEFAULT_DRAFT_DEPTH = 3
 

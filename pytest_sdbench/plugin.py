@@ -26,13 +26,14 @@ from . import hooks, vram
 from .contract import DEFAULT_DRAFT_DEPTH, MODE_AGG, MODES
 from .engine import AUTO_PRESET, PRESETS
 
-ARTIFACTS_KEY = "sdbench_artifacts"      # workeroutput key (pytest-xdist)
+# The run's sdbench summary, by section; xdist workers hand theirs to the controller under
+# one workeroutput key.
+SUMMARY_SECTIONS = ("artifact", "vram", "note")
+SUMMARY = pytest.StashKey[dict]()
+SUMMARY_KEY = "sdbench_summary"
 DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
 VRAM_BASELINE = pytest.StashKey[float]()
-ARTIFACT_LINES = pytest.StashKey[list]()
-VRAM_LINES = pytest.StashKey[list]()
 VRAM_SAMPLER = pytest.StashKey[object]()
-NOTE_LINES = pytest.StashKey[list]()
 
 
 def pytest_addhooks(pluginmanager):
@@ -68,9 +69,7 @@ def pytest_configure(config):
                             "fails if the NVML peak while the test runs exceeds gib")
     config.addinivalue_line("markers", "sdbench_cuda: needs a CUDA device")
     config.addinivalue_line("markers", "sdbench_engine: starts a vLLM engine")
-    config.stash[ARTIFACT_LINES] = []
-    config.stash[VRAM_LINES] = []
-    config.stash[NOTE_LINES] = []
+    config.stash[SUMMARY] = {section: [] for section in SUMMARY_SECTIONS}
 
 
 # ---- markers ------------------------------------------------------------------------------
@@ -115,7 +114,7 @@ def pytest_runtest_call(item):
     peak = sampler.peak_gib
     line = (f"{item.nodeid}: NVML peak {peak:.2f} GiB used on the device while it ran "
             f"(mark {gib} GiB; {sampler.baseline_bytes / vram.GIB:.2f} GiB in use before)")
-    item.config.stash[VRAM_LINES].append(line)
+    item.config.stash[SUMMARY]["vram"].append(line)
     item.user_properties.append(("sdbench_vram_peak_gib", round(peak, 3)))
     if peak > gib:
         pytest.fail(f"peak device memory {peak:.2f} GiB exceeds the sdbench_vram mark of "
@@ -203,7 +202,7 @@ def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
         run = collect_to_artifact(sdbench_engine, mode, grid or sdbench_grid,
                                   artifact_dir(pytestconfig), worker=_worker_id(pytestconfig),
                                   progress=_progress(pytestconfig), decode_tokens=decode_tokens)
-        pytestconfig.stash[ARTIFACT_LINES].append(describe(run))
+        pytestconfig.stash[SUMMARY]["artifact"].append(describe(run))
         pytestconfig.hook.pytest_sdbench_artifact_written(
             config=pytestconfig, path=run.path, artifact=run.artifact)
         return run
@@ -219,7 +218,7 @@ def sdbench_collection(sdbench_collect):
 def sdbench_note(pytestconfig):
     """note(text): add a line to the run's sdbench summary (figures a test measured)."""
     def note(text: str) -> None:
-        pytestconfig.stash[NOTE_LINES].append(text)
+        pytestconfig.stash[SUMMARY]["note"].append(text)
     return note
 
 
@@ -228,28 +227,21 @@ def sdbench_note(pytestconfig):
 def pytest_sessionfinish(session):
     config = session.config
     if hasattr(config, "workeroutput"):  # an xdist worker hands its lines to the controller
-        config.workeroutput[ARTIFACTS_KEY] = list(config.stash[ARTIFACT_LINES])
-        config.workeroutput[ARTIFACTS_KEY + "_vram"] = list(config.stash[VRAM_LINES])
-        config.workeroutput[ARTIFACTS_KEY + "_notes"] = list(config.stash[NOTE_LINES])
+        config.workeroutput[SUMMARY_KEY] = config.stash[SUMMARY]
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     output = getattr(node, "workeroutput", {}) or {}
-    node.config.stash[ARTIFACT_LINES].extend(output.get(ARTIFACTS_KEY, []))
-    node.config.stash[VRAM_LINES].extend(output.get(ARTIFACTS_KEY + "_vram", []))
-    node.config.stash[NOTE_LINES].extend(output.get(ARTIFACTS_KEY + "_notes", []))
+    for section, lines in output.get(SUMMARY_KEY, {}).items():
+        node.config.stash[SUMMARY][section].extend(lines)
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    lines, peaks = config.stash[ARTIFACT_LINES], config.stash[VRAM_LINES]
-    notes = config.stash[NOTE_LINES]
-    if not lines and not peaks and not notes:
+    summary = config.stash[SUMMARY]
+    if not any(summary.values()):
         return
     terminalreporter.section("sdbench")
-    for line in lines:
-        terminalreporter.write_line(f"artifact: {line}")
-    for line in peaks:
-        terminalreporter.write_line(f"vram: {line}")
-    for line in notes:
-        terminalreporter.write_line(f"note: {line}")
+    for section in SUMMARY_SECTIONS:
+        for line in summary[section]:
+            terminalreporter.write_line(f"{section}: {line}")

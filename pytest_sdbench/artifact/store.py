@@ -1,14 +1,13 @@
-"""Writing and reading artifact files. Writes are atomic: a temporary file in the same
-folder, flushed and fsynced, then renamed; a reader never sees half an artifact."""
+"""Writing and reading artifact files. Writes are atomic (files.atomic_write_text): a
+reader never sees half an artifact."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from .. import typed
+from ..files import atomic_write_text
 
 
 class UnusableArtifact(ValueError):
@@ -16,23 +15,7 @@ class UnusableArtifact(ValueError):
 
 
 def write_artifact(artifact, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(typed.encode(artifact), indent=1, allow_nan=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an artifact is for sharing
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, json.dumps(typed.encode(artifact), indent=1) + "\n")
 
 
 def read_json(path: str | Path) -> dict:

@@ -16,6 +16,7 @@ from ..contract import (
     BOOKING_MEASURED,
     BOOKING_UNBOOKED,
     BOOKING_WARMUP,
+    GENERATION_SAMPLING,
     GRAPH_EAGER,
     KV_SEED_NONE,
     KV_SEED_REAL,
@@ -31,9 +32,6 @@ from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
 from ..points import DecodePoint, Grid, GridError, PrefillPoint
 from .results import DecodeObservation, PrefillObservation, SkippedPoint
 from .shape import decode_mismatch, prefill_mismatch
-
-# The first token ids are special (pad, bos, eos) in most vocabularies; prompts avoid them.
-FIRST_PROMPT_TOKEN = 3
 
 
 @dataclass
@@ -60,11 +58,7 @@ class PointFailed(RuntimeError):
 def sampling_params(max_tokens: int):
     """The run's generation sampling parameters; every request of a collection uses them."""
     from vllm import SamplingParams
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
-                          detokenize=False)
-
-
-SAMPLING_DESCRIPTION = {"temperature": 0.0, "ignore_eos": True, "detokenize": False}
+    return SamplingParams(max_tokens=max_tokens, **GENERATION_SAMPLING)
 
 
 def decode_max_tokens(draft_depth: int) -> int:
@@ -131,7 +125,7 @@ class Collector:
         """Tokens no earlier prompt on this engine shares (the stream lives on the engine, so
         a second collection does not replay the first one's prompts), so that the only
         cache hits are the ones we seed."""
-        return self.engine.fresh_tokens(n, first=FIRST_PROMPT_TOKEN)
+        return self.engine.fresh_tokens(n)
 
     # ---- runs -------------------------------------------------------------------------
     def _run(self, prompts, max_tokens: int, booking: str):
@@ -235,7 +229,7 @@ class Collector:
         phases = PHASES_BY_MODE[mode]
         grid = grid.only(phases)
         check_grid_fits(grid, self.engine, self.decode_tokens)
-        result = CollectionResult(mode=mode, grid=grid, sampling=dict(SAMPLING_DESCRIPTION))
+        result = CollectionResult(mode=mode, grid=grid, sampling=dict(GENERATION_SAMPLING))
         work = [(PHASE_PREFILL, i, p) for i, p in enumerate(grid.prefill)] + \
                [(PHASE_DECODE, i, p) for i, p in enumerate(grid.decode)]
         started = time.perf_counter()

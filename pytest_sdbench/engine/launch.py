@@ -7,6 +7,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from ..contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from . import compat
 from .facts import ExecutionIdentity, KVCapacity, resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
@@ -51,10 +52,10 @@ class SdbenchEngine:
     def acceptance_control(self) -> str:
         return self.spec.acceptance_control
 
-    def fresh_tokens(self, n: int, first: int = 0) -> list[int]:
-        """n token ids from one stream per engine, so prompts never repeat on this engine."""
+    def fresh_tokens(self, n: int) -> list[int]:
+        """n prompt token ids from one stream per engine, so prompts never repeat on it."""
         top = self.vocab_size
-        return [self.prompt_rng.randrange(first, top) for _ in range(n)]
+        return [self.prompt_rng.randrange(FIRST_PROMPT_TOKEN, top) for _ in range(n)]
 
     def generate(self, prompts: list[list[int]], sampling_params):
         if self.closed:
@@ -65,9 +66,9 @@ class SdbenchEngine:
     def probe(self) -> "ServingProbe":
         """Serve one ordinary greedy request and note the engine's installed attributes."""
         from vllm import SamplingParams
-        prompt = [(7 * i) % (self.vocab_size - 3) + 3 for i in range(PROBE_PROMPT_TOKENS)]
-        params = SamplingParams(temperature=0.0, max_tokens=PROBE_MAX_TOKENS, ignore_eos=True,
-                                detokenize=False)
+        span = self.vocab_size - FIRST_PROMPT_TOKEN
+        prompt = [(7 * i) % span + FIRST_PROMPT_TOKEN for i in range(PROBE_PROMPT_TOKENS)]
+        params = SamplingParams(max_tokens=PROBE_MAX_TOKENS, **GENERATION_SAMPLING)
         (output,) = self.generate([prompt], params)
         return ServingProbe(tokens=tuple(output.outputs[0].token_ids),
                             scheduler_attrs=frozenset(vars(compat.scheduler(self.llm))),

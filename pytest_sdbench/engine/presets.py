@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..files import atomic_write_text
 
 DRAFT_ARCHITECTURE = "LlamaForCausalLMEagle3"
 TARGET_ARCHITECTURE = "Qwen3ForCausalLM"
@@ -82,15 +82,11 @@ PRESET_FOR_DEVICE = {"cpu": "tiny", "cuda": "qwen3-0.6b"}
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Atomically, with a temporary name of this process's own: pytest-xdist workers may
-    write the same preset at the same moment (same content; the last rename wins)."""
+    """Atomically: pytest-xdist workers may write the same preset at the same moment (same
+    content; the last rename wins)."""
     text = json.dumps(data, indent=2, sort_keys=True)
-    if path.exists() and path.read_text() == text:
-        return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    if not path.exists() or path.read_text() != text:
+        atomic_write_text(path, text)
 
 
 def materialize(preset_name: str, root: Path) -> tuple[Path, Path]:

@@ -79,7 +79,6 @@ class NativeObserver:
         self._window: Window | None = None
         self._dispatched_mode: str | None = None
         self._saved: list[tuple[object, str, object]] = []
-        self.unstamped_steps = 0
 
     # ---- install / remove ---------------------------------------------------------------
     @property
@@ -177,8 +176,6 @@ class NativeObserver:
     def _execute_model(self, original):
         def execute_model(scheduler_output, *args, **kwargs):
             iid = getattr(scheduler_output, STAMP_ATTR, None)
-            if iid is None:
-                self.unstamped_steps += 1
             record = self._records.get(iid)
             if record is not None:
                 self.timer.start(iid)
