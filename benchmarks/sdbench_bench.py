@@ -7,8 +7,8 @@ one process, printed as one table. A benchmark, not a test: it asserts nothing.
 Rows:
  1. observer overhead: decode tokens/s with the observer attached vs detached, alternated
  2. hot-path synchronisations per step added by the observer (torch's sync debug mode)
- 3. timing fidelity per decode point: native step time vs torch.profiler's summed device
-    time of the same run's steps, and vs scheduler wall time (schedule -> update_from_output)
+ 3. timing fidelity per decode point: native step time vs the same interval read from a
+    torch.profiler trace, vs the kernel span alone, and vs scheduler wall time
  4. repeatability: two back-to-back collections of the same grid
  5. collection cost: wall time and duty cycle of the default agg grid after engine start
  6. suite cost (with --suite): wall time of the test suite in a subprocess
@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -61,32 +63,115 @@ def attach_full(engine):
     return NativeObserver(engine.llm, timer_for(engine.device)).attach()
 
 
-def throughput_with(engine, attach, batch, context, tokens) -> float:
-    """Decode throughput with the observer `attach(engine)` returns (None: detached)."""
-    observer = attach(engine) if attach else None
+@contextlib.contextmanager
+def observed(engine, timer=None, window: bool = True, dispatch: bool = True):
+    """The native observer attached for one run, a measured window open. The switches exist
+    for the ablation only (none of those variants is a valid profile)."""
+    saved = compat.graph_dispatcher
+    if not dispatch:
+        compat.graph_dispatcher = lambda llm: None
     try:
-        with observer.window(BOOKING_MEASURED) if observer else contextlib.nullcontext():
-            return throughput(engine, batch, context, tokens)
+        observer = NativeObserver(engine.llm, timer or timer_for(engine.device)).attach()
     finally:
-        if observer:
-            observer.detach()
+        compat.graph_dispatcher = saved
+    try:
+        with observer.window(BOOKING_MEASURED) if window else contextlib.nullcontext():
+            yield observer
+    finally:
+        observer.detach()
 
 
-def alternated(engine, variants: dict, rounds: int, batch, context, tokens) -> dict:
+@contextlib.contextmanager
+def gc_disabled(variant):
+    gc.disable()
+    try:
+        with variant:
+            yield
+    finally:
+        gc.enable()
+
+
+class HostProfile:
+    """Ablation only: where the host's time goes in one run. Timers sit directly around the
+    engine's own methods (beneath the observer, so both sides of a comparison carry them),
+    plus the interpreter's garbage-collection pauses."""
+    METHODS = (("scheduler", "schedule"), ("scheduler", "update_from_output"),
+               ("worker", "execute_model"), ("worker", "sample_tokens"))
+
+    def __init__(self, engine):
+        self._owners = {"scheduler": compat.scheduler(engine.llm),
+                        "worker": compat.worker(engine.llm)}
+        self.seconds: dict[str, float] = {}
+        self.collections = [0, 0, 0]
+        self._gc_started = 0.0
+
+    def _timed(self, name, original):
+        def timed(*a, **k):
+            started = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+        return timed
+
+    def _on_gc(self, phase, info):
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.seconds["gc"] = self.seconds.get("gc", 0.0) + time.perf_counter() - \
+                self._gc_started
+            self.collections[info["generation"]] += 1
+
+    @contextlib.contextmanager
+    def installed(self):
+        for owner, name in self.METHODS:
+            obj = self._owners[owner]
+            setattr(obj, name, self._timed(name, getattr(obj, name)))
+        steps = [0]
+        schedule = self._owners["scheduler"].schedule
+
+        def counted(*a, **k):
+            steps[0] += 1
+            return schedule(*a, **k)
+        self._owners["scheduler"].schedule = counted
+        gc.callbacks.append(self._on_gc)
+        try:
+            yield self
+        finally:
+            gc.callbacks.remove(self._on_gc)
+            for owner, name in self.METHODS:
+                del vars(self._owners[owner])[name]
+            self.steps = steps[0]
+
+
+def throughput_with(engine, variant, batch, context, tokens, profile: bool = False):
+    """Decode throughput inside `variant(engine)` (a context manager; None: detached), and
+    with `profile` the run's HostProfile."""
+    host = HostProfile(engine) if profile else None
+    with host.installed() if host else contextlib.nullcontext():
+        with variant(engine) if variant else contextlib.nullcontext():
+            rate = throughput(engine, batch, context, tokens)
+    return rate, host
+
+
+def alternated(engine, variants: dict, rounds: int, batch, context, tokens,
+               profile: bool = False) -> dict:
     """Each variant once per round, the order reversed every other round."""
-    for attach in variants.values():  # warm-up: every way once, unbooked
-        throughput_with(engine, attach, batch, context, tokens)
-    results: dict[str, list[float]] = {name: [] for name in variants}
+    for variant in variants.values():  # warm-up: every way once, unbooked
+        throughput_with(engine, variant, batch, context, tokens, profile)
+    results: dict[str, list] = {name: [] for name in variants}
     for r in range(rounds):
         for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
-            results[name].append(throughput_with(engine, variants[name], batch, context, tokens))
+            results[name].append(throughput_with(engine, variants[name], batch, context, tokens,
+                                                 profile))
     return results
 
 
 def observer_overhead(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
-    results = alternated(engine, {"attached": attach_full, "detached": None}, rounds, batch,
+    results = alternated(engine, {"attached": observed, "detached": None}, rounds, batch,
                          context, tokens)
-    attached, detached = results["attached"], results["detached"]
+    attached = [rate for rate, _ in results["attached"]]
+    detached = [rate for rate, _ in results["detached"]]
     print(f"    attached tok/s: {' '.join(f'{x:.0f}' for x in attached)}", flush=True)
     print(f"    detached tok/s: {' '.join(f'{x:.0f}' for x in detached)}", flush=True)
     ratio = statistics.median(attached) / statistics.median(detached)
@@ -97,29 +182,34 @@ def observer_overhead(engine, rounds: int, batch: int, context: int, tokens: int
 
 
 def overhead_ablation(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
-    """Where observer overhead comes from: the full observer vs the observer with a host
-    timer instead of CUDA events, vs without the graph-mode dispatch wrapper (isolation only:
-    neither variant is a valid profile)."""
+    """Where observer overhead comes from: variants of the observer, each run with its host
+    time split by engine method and garbage-collection pauses (isolation only)."""
     from pytest_sdbench.observer import HostTimer
-
-    def host_timer(engine):
-        return NativeObserver(engine.llm, HostTimer()).attach()
-
-    def no_dispatch(engine):
-        saved = compat.graph_dispatcher
-        compat.graph_dispatcher = lambda llm: None
-        try:
-            return attach_full(engine)
-        finally:
-            compat.graph_dispatcher = saved
-    results = alternated(engine, {"detached": None, "full": attach_full,
-                                  "host timer": host_timer, "no dispatch wrapper": no_dispatch},
-                         rounds, batch, context, tokens)
-    base = statistics.median(results["detached"])
-    for name, values in results.items():
-        row(f"ablation: {name}", f"{statistics.median(values):.1f} tok/s = "
-            f"{100 * statistics.median(values) / base:.2f}% of detached "
-            f"({' '.join(f'{v:.0f}' for v in values)})")
+    variants = {
+        "detached": None,
+        "full": observed,
+        "stamp only (no window)": lambda e: observed(e, window=False),
+        "host timer": lambda e: observed(e, timer=HostTimer()),
+        "no dispatch wrapper": lambda e: observed(e, dispatch=False),
+        "detached, gc off": lambda e: gc_disabled(contextlib.nullcontext()),
+        "full, gc off": lambda e: gc_disabled(observed(e)),
+    }
+    results = alternated(engine, variants, rounds, batch, context, tokens, profile=True)
+    base = statistics.median(rate for rate, _ in results["detached"])
+    parts = ["schedule", "execute_model", "sample_tokens", "update_from_output", "gc"]
+    for name, runs in results.items():
+        rates = [rate for rate, _ in runs]
+        per_step = {part: statistics.median(1e3 * host.seconds.get(part, 0.0) / host.steps
+                                            for _, host in runs) for part in parts}
+        wall = statistics.median(1e3 * batch * tokens / rate / host.steps for rate, host in runs)
+        steps = statistics.median(host.steps for _, host in runs)
+        full_gcs = statistics.median(host.collections[2] for _, host in runs)
+        split = ", ".join(f"{part} {ms:.2f}" for part, ms in per_step.items())
+        row(f"ablation: {name}", f"{statistics.median(rates):.1f} tok/s = "
+            f"{100 * statistics.median(rates) / base:.2f}% of detached "
+            f"({' '.join(f'{v:.0f}' for v in rates)}); per step ms: wall {wall:.2f}, {split}, "
+            f"other {wall - sum(per_step.values()):.2f}; {steps:.0f} steps, "
+            f"{full_gcs:.0f} full collections a run")
 
 
 def sync_count(engine, batch: int, context: int, tokens: int) -> None:
@@ -203,29 +293,51 @@ def _annotate_steps(worker):
     return remove
 
 
-def _gpu_spans(prof) -> dict[int, float]:
-    """Seconds from the first to the last kernel of each annotated step, from the trace (a
-    step's GPU annotation may come in several pieces: take their outer bounds)."""
+def _trace_steps(prof) -> dict[int, tuple[float, float, float]]:
+    """Per annotated step, from the trace (microseconds, one clock): when the host entered
+    the step (CPU range start), and the first and last instant of its kernels (the step's GPU
+    annotation may come in several pieces: take their outer bounds)."""
     from torch.autograd import DeviceType
-    bounds: dict[int, tuple[float, float]] = {}
+    host: dict[int, float] = {}
+    device: dict[int, tuple[float, float]] = {}
     for event in prof.events():
-        if event.name.startswith("sdbench_step_") and event.device_type == DeviceType.CUDA:
-            iid = event.name.rsplit("_", 1)[-1]
-            if iid.isdigit():
-                start, end = event.time_range.start, event.time_range.end
-                lo, hi = bounds.get(int(iid), (start, end))
-                bounds[int(iid)] = (min(lo, start), max(hi, end))
-    return {iid: (hi - lo) / 1e6 for iid, (lo, hi) in bounds.items()}
+        if not event.name.startswith("sdbench_step_"):
+            continue
+        iid = event.name.rsplit("_", 1)[-1]
+        if not iid.isdigit():
+            continue
+        start, end = event.time_range.start, event.time_range.end
+        if event.device_type == DeviceType.CUDA:
+            lo, hi = device.get(int(iid), (start, end))
+            device[int(iid)] = (min(lo, start), max(hi, end))
+        elif event.device_type == DeviceType.CPU:
+            host[int(iid)] = min(host.get(int(iid), start), start)
+    return {iid: (host[iid], *device[iid]) for iid in device if iid in host}
+
+
+def _trace_intervals(steps: dict[int, tuple[float, float, float]]) -> dict[int, float]:
+    """Seconds each step holds the stream by the trace's own clock, by the definition the
+    native events follow: the step starts when the host enters it or, when the stream is
+    still busy with the previous step, when that step's last kernel ends; it ends with its
+    own last kernel."""
+    intervals, previous_end = {}, None
+    for iid in sorted(steps):
+        entered, _, last = steps[iid]
+        start = entered if previous_end is None else max(entered, previous_end)
+        intervals[iid] = (last - start) / 1e6
+        previous_end = last
+    return intervals
 
 
 def fidelity(engine, points, tokens: int) -> None:
-    """Per point, over the steps of one decode run: the native step time vs the GPU span of
-    the same steps in a torch.profiler trace (first to last kernel), vs the summed kernel
-    time, and vs scheduler wall time (schedule -> update_from_output)."""
+    """Per point, over the steps of one decode run: the native step time vs the same interval
+    read from a torch.profiler trace (CUPTI's clock), vs the steps' kernel span alone (what
+    the native interval adds is the head where the idle stream waits for the host to prepare
+    the step), and vs scheduler wall time (schedule -> update_from_output)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     cuda = engine.device == "cuda"
-    span_errors, wall_bias = [], []
+    interval_errors, wall_bias = [], []
     for b, c in points:
         prompts = decode_prompts(engine, b, c)
         engine.generate(decode_prompts(engine, b, c), sampling_params(tokens))
@@ -264,24 +376,26 @@ def fidelity(engine, points, tokens: int) -> None:
         wall_bias.append(wall / native - 1)
         figures = [f"native {native * 1e3:.2f} ms"]
         if cuda:
-            spans = _gpu_spans(prof)
-            both = [r for r in steps if r.native_iteration_id in spans]
+            traced = _trace_steps(prof)
+            intervals = _trace_intervals(traced)
+            both = [r for r in steps if r.native_iteration_id in intervals]
             if both:
                 n = sum(r.timing.seconds for r in both)
-                g = sum(spans[r.native_iteration_id] for r in both)
-                span_errors.append(abs(n / g - 1))
-                figures.append(f"trace GPU span of {len(both)} steps {g * 1e3:.2f} ms "
-                               f"(native {100 * (n / g - 1):+.1f}%)")
+                t = sum(intervals[r.native_iteration_id] for r in both)
+                k = sum(traced[r.native_iteration_id][2] - traced[r.native_iteration_id][1]
+                        for r in both) / 1e6
+                interval_errors.append(abs(n / t - 1))
+                figures.append(f"trace interval of the same {len(both)} steps {t * 1e3:.2f} ms "
+                               f"(native {100 * (n / t - 1):+.2f}%)")
+                figures.append(f"their kernel span alone {k * 1e3:.2f} ms (head waiting on "
+                               f"the host {1e3 * (n - k) / len(both):.3f} ms a step)")
             else:
-                figures.append("trace GPU span unavailable (no gpu_user_annotation)")
-            kernels = sum(e.self_device_time_total for e in prof.key_averages()) / 1e6
-            figures.append(f"all kernels of the profiled run {kernels * 1e3:.2f} ms (incl. "
-                           "copies and the trailing in-flight step)")
+                figures.append("trace intervals unavailable (no gpu_user_annotation)")
         figures.append(f"scheduler wall {wall * 1e3:.2f} ms ({100 * (wall / native - 1):+.1f}%)")
         row(f"fidelity B={b} ctx={c} ({len(steps)} steps, profiled)", "; ".join(figures))
-    if span_errors:
-        med = statistics.median(span_errors)
-        row("fidelity: median |native / trace GPU span - 1| over points", f"{100 * med:.2f}%",
+    if interval_errors:
+        med = statistics.median(interval_errors)
+        row("fidelity: median |native / trace interval - 1| over points", f"{100 * med:.2f}%",
             "<= 2%", med <= 0.02)
     row("fidelity: median scheduler wall-time bias vs native",
         f"{100 * statistics.median(wall_bias):+.1f}%")
@@ -291,14 +405,19 @@ def repeatability_and_cost(engine) -> None:
     grid = grid_for(engine)
     first = Collector(engine).collect("agg", grid)
     second = Collector(engine).collect("agg", grid)
-    a = {("p", o.point_index): o.timing.seconds for o in first.prefill} | \
-        {("d", o.point_index): o.timing.seconds for o in first.decode}
-    b = {("p", o.point_index): o.timing.seconds for o in second.prefill} | \
-        {("d", o.point_index): o.timing.seconds for o in second.decode}
-    diffs = [abs(b[k] / a[k] - 1) for k in a if k in b]
-    med = statistics.median(diffs)
+    def by_point(run):
+        return {(phase, o.point_index): o for phase, observations in
+                (("prefill", run.prefill), ("decode", run.decode)) for o in observations}
+    a, b = by_point(first), by_point(second)
+    diffs = {k: abs(b[k].timing.seconds / a[k].timing.seconds - 1) for k in a if k in b}
+    med = statistics.median(diffs.values())
+    for k in sorted(diffs, key=diffs.get, reverse=True)[:4]:
+        print(f"    widest: {k[0]}[{k[1]}] {a[k].timing.seconds * 1e3:.3f} ms "
+              f"({a[k].graph_mode}) then {b[k].timing.seconds * 1e3:.3f} ms "
+              f"({b[k].graph_mode})", flush=True)
     row("repeatability: median |per-point difference|, two back-to-back agg collections",
-        f"{100 * med:.2f}% over {len(diffs)} points (max {100 * max(diffs):.1f}%)", "<= 2%",
+        f"{100 * med:.2f}% over {len(diffs)} points (max {100 * max(diffs.values()):.1f}%)",
+        "<= 2%",
         med <= 0.02)
     for name, run in (("first", first), ("second", second)):
         row(f"collection cost, default agg grid ({name})",
@@ -338,6 +457,9 @@ def main() -> int:
           f"K={spec.draft_depth}, graphs {not spec.enforce_eager}, acceptance "
           f"{engine.acceptance_control} {spec.synthetic_acceptance_length or ''}, started in "
           f"{engine.start_seconds:.1f} s", flush=True)
+    print(f"process: threads {[t.name for t in threading.enumerate()]}; gc thresholds "
+          f"{gc.get_threshold()}, frozen objects {gc.get_freeze_count()}, tracked "
+          f"{len(gc.get_objects())}", flush=True)
     large = spec.preset != "tiny"
     batch, context, tokens = (8, 256, 128) if large else (4, 128, 48)
     sections = [
