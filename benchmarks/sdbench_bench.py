@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -34,7 +35,7 @@ from pytest_sdbench.collector import Collector, sampling_params  # noqa: E402
 from pytest_sdbench.contract import BOOKING_MEASURED  # noqa: E402
 from pytest_sdbench.engine import compat, start_engine  # noqa: E402
 from pytest_sdbench.observer import STAMP_ATTR, NativeObserver, timer_for  # noqa: E402
-from pytest_sdbench.session import engine_spec, grid_for  # noqa: E402
+from pytest_sdbench.session import GRAPH_BATCHES, engine_spec, grid_for  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []  # (measure, figure, goal, verdict)
 
@@ -49,14 +50,6 @@ def row(measure: str, figure: str, goal: str = "", met: bool | None = None) -> N
 def decode_prompts(engine, batch: int, context: int) -> list[list[int]]:
     """Fresh prompts from the engine's own stream: none repeats, so none is a cache hit."""
     return [engine.fresh_tokens(context) for _ in range(batch)]
-
-
-def throughput(engine, batch, context, tokens) -> float:
-    prompts = decode_prompts(engine, batch, context)
-    started = time.perf_counter()
-    outputs = engine.generate(prompts, sampling_params(tokens))
-    wall = time.perf_counter() - started
-    return sum(len(o.outputs[0].token_ids) for o in outputs) / wall
 
 
 def attach_full(engine):
@@ -91,22 +84,35 @@ def gc_disabled(variant):
         gc.enable()
 
 
+_ABSENT = object()
+
+
 class HostProfile:
-    """Ablation only: where the host's time goes in one run. Timers sit directly around the
-    engine's own methods (beneath the observer, so both sides of a comparison carry them),
-    plus the interpreter's garbage-collection pauses."""
+    """Host seconds spent inside four engine methods during one run, measured by a thin
+    wrapper around whatever each method is when installed. Installed beneath the observer it
+    times the engine's own methods; installed above it, the observer's wrappers too: the
+    difference is the host time the observer adds. The beneath layer also sums the
+    interpreter's garbage-collection pauses."""
     METHODS = (("scheduler", "schedule"), ("scheduler", "update_from_output"),
                ("worker", "execute_model"), ("worker", "sample_tokens"))
 
-    def __init__(self, engine):
+    def __init__(self, engine, gc_pauses: bool = False):
         self._owners = {"scheduler": compat.scheduler(engine.llm),
                         "worker": compat.worker(engine.llm)}
+        self._gc_pauses = gc_pauses
         self.seconds: dict[str, float] = {}
+        self.steps = 0
         self.collections = [0, 0, 0]
         self._gc_started = 0.0
 
+    @property
+    def method_seconds(self) -> float:
+        return sum(self.seconds.get(name, 0.0) for _, name in self.METHODS)
+
     def _timed(self, name, original):
         def timed(*a, **k):
+            if name == "schedule":
+                self.steps += 1
             started = time.perf_counter()
             try:
                 return original(*a, **k)
@@ -124,61 +130,100 @@ class HostProfile:
 
     @contextlib.contextmanager
     def installed(self):
+        saved = []
         for owner, name in self.METHODS:
             obj = self._owners[owner]
+            saved.append((obj, name, vars(obj).get(name, _ABSENT)))
             setattr(obj, name, self._timed(name, getattr(obj, name)))
-        steps = [0]
-        schedule = self._owners["scheduler"].schedule
-
-        def counted(*a, **k):
-            steps[0] += 1
-            return schedule(*a, **k)
-        self._owners["scheduler"].schedule = counted
-        gc.callbacks.append(self._on_gc)
+        if self._gc_pauses:
+            gc.callbacks.append(self._on_gc)
         try:
             yield self
         finally:
-            gc.callbacks.remove(self._on_gc)
-            for owner, name in self.METHODS:
-                del vars(self._owners[owner])[name]
-            self.steps = steps[0]
+            if self._gc_pauses:
+                gc.callbacks.remove(self._on_gc)
+            for obj, name, previous in reversed(saved):
+                if previous is _ABSENT:
+                    del vars(obj)[name]
+                else:
+                    setattr(obj, name, previous)
 
 
-def throughput_with(engine, variant, batch, context, tokens, profile: bool = False):
-    """Decode throughput inside `variant(engine)` (a context manager; None: detached), and
-    with `profile` the run's HostProfile."""
-    host = HostProfile(engine) if profile else None
-    with host.installed() if host else contextlib.nullcontext():
-        with variant(engine) if variant else contextlib.nullcontext():
-            rate = throughput(engine, batch, context, tokens)
-    return rate, host
+@dataclass
+class Run:
+    rate: float              # decode tokens/s
+    wall: float              # seconds
+    engine: HostProfile      # beneath the observer: the engine's own methods
+    total: HostProfile       # above it: the engine's methods plus the observer's wrappers
+
+    @property
+    def added_per_step(self) -> float:
+        """Host seconds a step spent in wrappers above the engine's own methods."""
+        return (self.total.method_seconds - self.engine.method_seconds) / self.engine.steps
 
 
-def alternated(engine, variants: dict, rounds: int, batch, context, tokens,
-               profile: bool = False) -> dict:
+def throughput_with(engine, variant, batch, context, tokens) -> Run:
+    """Decode throughput inside `variant(engine)` (a context manager; None: detached). Every
+    variant carries the same two host-time probes, one beneath the observer, one above."""
+    beneath, above = HostProfile(engine, gc_pauses=True), HostProfile(engine)
+    with beneath.installed(), (variant(engine) if variant else contextlib.nullcontext()), \
+            above.installed():
+        prompts = decode_prompts(engine, batch, context)
+        started = time.perf_counter()
+        outputs = engine.generate(prompts, sampling_params(tokens))
+        wall = time.perf_counter() - started
+    produced = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return Run(produced / wall, wall, beneath, above)
+
+
+def alternated(engine, variants: dict, rounds: int, batch, context, tokens) -> dict:
     """Each variant once per round, the order reversed every other round."""
     for variant in variants.values():  # warm-up: every way once, unbooked
-        throughput_with(engine, variant, batch, context, tokens, profile)
-    results: dict[str, list] = {name: [] for name in variants}
+        throughput_with(engine, variant, batch, context, tokens)
+    results: dict[str, list[Run]] = {name: [] for name in variants}
     for r in range(rounds):
         for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
-            results[name].append(throughput_with(engine, variants[name], batch, context, tokens,
-                                                 profile))
+            results[name].append(throughput_with(engine, variants[name], batch, context, tokens))
     return results
 
 
+def _rates(runs: list[Run]) -> str:
+    return " ".join(f"{run.rate:.0f}" for run in runs)
+
+
+def _paired(a: list[Run], b: list[Run]) -> str:
+    """Per-round ratios a/b (neighbouring runs), as median and range."""
+    ratios = sorted(x.rate / y.rate for x, y in zip(a, b))
+    return (f"per-round ratio median {100 * statistics.median(ratios):.1f}%, range "
+            f"{100 * ratios[0]:.1f}%..{100 * ratios[-1]:.1f}%")
+
+
 def observer_overhead(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
-    results = alternated(engine, {"attached": observed, "detached": None}, rounds, batch,
-                         context, tokens)
-    attached = [rate for rate, _ in results["attached"]]
-    detached = [rate for rate, _ in results["detached"]]
-    print(f"    attached tok/s: {' '.join(f'{x:.0f}' for x in attached)}", flush=True)
-    print(f"    detached tok/s: {' '.join(f'{x:.0f}' for x in detached)}", flush=True)
-    ratio = statistics.median(attached) / statistics.median(detached)
-    row("decode throughput, observer attached / detached",
-        f"{statistics.median(attached):.1f} / {statistics.median(detached):.1f} tok/s = "
-        f"{100 * ratio:.2f}% (median of {rounds} alternated runs each, B={batch}, "
-        f"ctx={context}, {tokens} tokens)", ">= 99.5%", ratio >= 0.995)
+    """The throughput ratio (the goal), the same ratio between two identical detached sides
+    (the run-to-run noise floor it is read against), and the host time the observer's
+    wrappers add a step, measured directly."""
+    results = alternated(engine, {"attached": observed, "detached": None,
+                                  "detached again": None}, rounds, batch, context, tokens)
+    attached, detached, again = (results[k] for k in ("attached", "detached",
+                                                      "detached again"))
+    for name, runs in results.items():
+        print(f"    {name} tok/s: {_rates(runs)}", flush=True)
+    med = {k: statistics.median(run.rate for run in runs) for k, runs in results.items()}
+    ratio = med["attached"] / med["detached"]
+    row(f"B={batch}: decode throughput, observer attached / detached",
+        f"{med['attached']:.1f} / {med['detached']:.1f} tok/s = {100 * ratio:.2f}% (medians "
+        f"of {rounds} alternated runs each, ctx={context}, {tokens} tokens; "
+        f"{_paired(attached, detached)})", ">= 99.5%", ratio >= 0.995)
+    row(f"B={batch}: noise floor, detached / detached again (identical sides, alternated)",
+        f"{100 * med['detached'] / med['detached again']:.2f}% "
+        f"({_paired(detached, again)})")
+    probes = statistics.median(run.added_per_step for run in detached + again)
+    added = statistics.median(run.added_per_step for run in attached) - probes
+    step = statistics.median(run.wall / run.engine.steps for run in attached)
+    row(f"B={batch}: observer host time a step (probe above it minus probe beneath it, less "
+        "the probes' own)",
+        f"{1e6 * added:.1f} us of a {1e3 * step:.2f} ms step = {100 * added / step:.3f}% "
+        f"(probes alone {1e6 * probes:.1f} us a step)")
 
 
 def overhead_ablation(engine, rounds: int, batch: int, context: int, tokens: int) -> None:
@@ -194,22 +239,22 @@ def overhead_ablation(engine, rounds: int, batch: int, context: int, tokens: int
         "detached, gc off": lambda e: gc_disabled(contextlib.nullcontext()),
         "full, gc off": lambda e: gc_disabled(observed(e)),
     }
-    results = alternated(engine, variants, rounds, batch, context, tokens, profile=True)
-    base = statistics.median(rate for rate, _ in results["detached"])
+    results = alternated(engine, variants, rounds, batch, context, tokens)
+    base = statistics.median(run.rate for run in results["detached"])
     parts = ["schedule", "execute_model", "sample_tokens", "update_from_output", "gc"]
     for name, runs in results.items():
-        rates = [rate for rate, _ in runs]
-        per_step = {part: statistics.median(1e3 * host.seconds.get(part, 0.0) / host.steps
-                                            for _, host in runs) for part in parts}
-        wall = statistics.median(1e3 * batch * tokens / rate / host.steps for rate, host in runs)
-        steps = statistics.median(host.steps for _, host in runs)
-        full_gcs = statistics.median(host.collections[2] for _, host in runs)
+        rate = statistics.median(run.rate for run in runs)
+        per_step = {part: statistics.median(1e3 * run.engine.seconds.get(part, 0.0) /
+                                            run.engine.steps for run in runs) for part in parts}
+        wall = statistics.median(1e3 * run.wall / run.engine.steps for run in runs)
+        added = statistics.median(1e3 * run.added_per_step for run in runs)
+        steps = statistics.median(run.engine.steps for run in runs)
+        full_gcs = statistics.median(run.engine.collections[2] for run in runs)
         split = ", ".join(f"{part} {ms:.2f}" for part, ms in per_step.items())
-        row(f"ablation: {name}", f"{statistics.median(rates):.1f} tok/s = "
-            f"{100 * statistics.median(rates) / base:.2f}% of detached "
-            f"({' '.join(f'{v:.0f}' for v in rates)}); per step ms: wall {wall:.2f}, {split}, "
-            f"other {wall - sum(per_step.values()):.2f}; {steps:.0f} steps, "
-            f"{full_gcs:.0f} full collections a run")
+        row(f"ablation: {name}", f"{rate:.1f} tok/s = {100 * rate / base:.2f}% of detached "
+            f"({_rates(runs)}); per step ms: wall {wall:.2f}, engine methods: {split}; "
+            f"wrappers above them {added:.3f}; {steps:.0f} steps, {full_gcs:.0f} full "
+            "collections a run")
 
 
 def sync_count(engine, batch: int, context: int, tokens: int) -> None:
@@ -462,9 +507,11 @@ def main() -> int:
           f"{len(gc.get_objects())}", flush=True)
     large = spec.preset != "tiny"
     batch, context, tokens = (8, 256, 128) if large else (4, 128, 48)
+    # on the qwen3 preset: the largest batch the graph engine captures, and one beyond it
+    overhead_batches = (max(GRAPH_BATCHES), batch) if large else (batch,)
     sections = [
-        ("observer overhead", lambda: observer_overhead(engine, args.rounds, batch, context,
-                                                        tokens)),
+        *((f"observer overhead B={b}", lambda b=b: observer_overhead(
+            engine, args.rounds, b, context, tokens)) for b in overhead_batches),
         ("hot-path syncs", lambda: sync_count(engine, batch, context, 32)),
         ("fidelity", lambda: fidelity(engine, [(1, 256), (4, 256), (8, 256)] if large
                                       else [(1, 128), (4, 128)], tokens=32)),

@@ -99,25 +99,24 @@ def engine_kwargs(spec, device: str) -> dict:
 
 # ---- reading a SchedulerOutput (the producer side) --------------------------------------
 
-def scheduled_requests(scheduler_output, sched) -> list[dict]:
-    """Per scheduled request: id, prompt length, computed (KV read) tokens, scheduled tokens,
-    draft tokens, preemption count. Read at schedule() time, before anything runs."""
-    rows = []
+def scheduled_requests(scheduler_output, sched) -> tuple[tuple, ...]:
+    """Per scheduled request, read at schedule() time before anything runs, as a plain tuple
+    (the observer's hot path builds no objects): (request id, prompt length, computed (KV
+    read) tokens, scheduled tokens, draft tokens, preemption count)."""
     drafts = scheduler_output.scheduled_spec_decode_tokens or {}
     computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
     cached = scheduler_output.scheduled_cached_reqs
     computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+    requests = sched.requests
+    rows = []
     for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
-        request = sched.requests.get(req_id)
-        rows.append(dict(
-            request_id=req_id,
-            prompt_tokens=int(request.num_prompt_tokens) if request is not None else -1,
-            computed_tokens=int(computed[req_id]),
-            scheduled_tokens=int(num_scheduled),
-            draft_tokens=len(drafts.get(req_id, ())),
-            preemptions=int(getattr(request, "num_preemptions", 0) or 0),
-        ))
-    return rows
+        request = requests.get(req_id)
+        rows.append((req_id,
+                     request.num_prompt_tokens if request is not None else -1,
+                     computed[req_id], num_scheduled, len(drafts.get(req_id, ())),
+                     (getattr(request, "num_preemptions", 0) or 0) if request is not None
+                     else 0))
+    return tuple(rows)
 
 
 def queue_lengths(sched) -> tuple[int, int]:

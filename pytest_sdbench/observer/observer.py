@@ -19,6 +19,7 @@ import threading
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ..engine import compat
 from .records import QueueSnapshot, RejectionCorrection, RequestSnapshot, Snapshot, TimingSample
@@ -33,28 +34,44 @@ class TimingMissing(RuntimeError):
 
 @dataclass
 class IterationRecord:
-    snapshot: Snapshot
+    """One recorded iteration. The hot path keeps only the plain values the scheduler and the
+    output carried; the typed snapshot is built from them on first use, after the window."""
+    native_iteration_id: int
+    booking: str
+    rows: tuple[tuple, ...]            # compat.scheduled_requests, frozen at schedule() time
+    queue: tuple[int, int]             # (waiting, running) right after schedule()
+    total_scheduled_tokens: int
     timing: TimingSample | None = None
     accepted: dict[str, int] | None = None     # tokens gained per request, from the output
     graph_mode: str | None = None               # as the step's output reports it
-    corrections: list[RejectionCorrection] = field(default_factory=list)
+    # (request id, preemptions, from iteration id, rejected tokens)
+    corrections: list[tuple[str, int, int, int]] = field(default_factory=list)
 
-    @property
-    def native_iteration_id(self) -> int:
-        return self.snapshot.native_iteration_id
+    @cached_property
+    def snapshot(self) -> Snapshot:
+        """The frozen workload, as the scheduler emitted it."""
+        requests = tuple(RequestSnapshot(
+            request_id=request_id, prompt_tokens=int(prompt), new_tokens=int(scheduled - drafts),
+            kv_tokens=int(computed), draft_tokens=int(drafts), preemptions=int(preemptions))
+            for request_id, prompt, computed, scheduled, drafts, preemptions in self.rows)
+        return Snapshot(native_iteration_id=self.native_iteration_id,
+                        phase=Snapshot.phase_of(requests), booking=self.booking,
+                        requests=requests, queue=QueueSnapshot(*self.queue),
+                        total_scheduled_tokens=int(self.total_scheduled_tokens))
 
     def corrected_snapshot(self) -> Snapshot:
         """The snapshot with KV lengths corrected for drafts rejected by earlier in-flight
         iterations; the frozen original is left as it was taken."""
         if not self.corrections:
             return self.snapshot
+        corrections = tuple(RejectionCorrection(*c) for c in self.corrections)
         rejected: dict[tuple[str, int], int] = {}
-        for c in self.corrections:
+        for c in corrections:
             key = (c.request_id, c.preemptions)
             rejected[key] = rejected.get(key, 0) + c.rejected_tokens
         requests = tuple(replace(r, kv_tokens=r.kv_tokens - rejected.get(
             (r.request_id, r.preemptions), 0)) for r in self.snapshot.requests)
-        return replace(self.snapshot, requests=requests, corrections=tuple(self.corrections),
+        return replace(self.snapshot, requests=requests, corrections=corrections,
                        phase=Snapshot.phase_of(requests))
 
 
@@ -154,22 +171,16 @@ class NativeObserver:
 
     def _freeze(self, iid: int, output) -> None:
         """Record the iteration if a window is open; traffic outside windows (the engine
-        serving ordinary requests while attached) is stamped but neither frozen nor timed."""
+        serving ordinary requests while attached) is stamped but neither frozen nor timed.
+        Plain values only: the typed snapshot is built after the window."""
         window = self._window
         if window is None:
             return
-        rows = compat.scheduled_requests(output, self._sched)
-        requests = tuple(RequestSnapshot(
-            request_id=r["request_id"], prompt_tokens=r["prompt_tokens"],
-            new_tokens=r["scheduled_tokens"] - r["draft_tokens"], kv_tokens=r["computed_tokens"],
-            draft_tokens=r["draft_tokens"], preemptions=r["preemptions"]) for r in rows)
-        waiting, running = compat.queue_lengths(self._sched)
-        snapshot = Snapshot(native_iteration_id=iid, phase=Snapshot.phase_of(requests),
-                            booking=window.booking,
-                            requests=requests, queue=QueueSnapshot(waiting, running),
-                            total_scheduled_tokens=int(output.total_num_scheduled_tokens))
+        sched = self._sched
+        record = IterationRecord(iid, window.booking, compat.scheduled_requests(output, sched),
+                                 compat.queue_lengths(sched), output.total_num_scheduled_tokens)
         with self._lock:
-            self._records[iid] = IterationRecord(snapshot)
+            self._records[iid] = record
             self._in_flight.append(iid)
             window.ids.append(iid)
 
@@ -232,20 +243,20 @@ class NativeObserver:
     def _correct_in_flight(self, done: IterationRecord) -> None:
         """Iterations scheduled before `done`'s output arrived assumed all its drafts were
         accepted; book the rejected ones against the same request and preemption count."""
-        drafted = {(r.request_id, r.preemptions): r.draft_tokens
-                   for r in done.snapshot.requests if r.draft_tokens}
+        drafted = {(request_id, preemptions): drafts
+                   for request_id, _, _, _, drafts, preemptions in done.rows if drafts}
         if not drafted:
             return
+        accepted = done.accepted or {}
         for later_id in self._in_flight:
             later = self._records.get(later_id)
             if later is None or later_id < done.native_iteration_id:
                 continue
-            for r in later.snapshot.requests:
-                key = (r.request_id, r.preemptions)
-                if key not in drafted:
+            for request_id, _, _, _, _, preemptions in later.rows:
+                drafts = drafted.get((request_id, preemptions))
+                if not drafts:
                     continue
-                gained = (done.accepted or {}).get(r.request_id, 0)
-                rejected = drafted[key] - max(gained - 1, 0)
+                rejected = drafts - max(accepted.get(request_id, 0) - 1, 0)
                 if rejected > 0:
-                    later.corrections.append(RejectionCorrection(
-                        r.request_id, r.preemptions, done.native_iteration_id, rejected))
+                    later.corrections.append((request_id, preemptions,
+                                              done.native_iteration_id, rejected))
