@@ -257,6 +257,61 @@ def overhead_ablation(engine, rounds: int, batch: int, context: int, tokens: int
             "collections a run")
 
 
+def observer_breakdown(engine, runs: int, batch: int, context: int, tokens: int) -> None:
+    """Where the observer's host time goes, per step: cProfile's own-time of the observer's
+    functions and of the CUDA event calls over attached decode runs (cProfile inflates each
+    call by its own cost), then the event calls timed bare in a loop."""
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    for _ in range(runs):
+        prompts = decode_prompts(engine, batch, context)
+        with observed(engine):
+            profiler.enable()
+            engine.generate(prompts, sampling_params(tokens))
+            profiler.disable()
+    stats = pstats.Stats(profiler).stats
+    mine = [(tt, n, f"{Path(file).name}:{line}({name})")
+            for (file, line, name), (_, n, tt, _, _) in stats.items()
+            if any(part in file for part in ("pytest_sdbench", "torch/cuda"))
+            or any(part in name for part in ("CudaEvent", "Stream", "cuda"))]
+    calls = max((n for (_, _, name), (_, n, *_r) in stats.items() if name == "schedule"),
+                default=1)
+    total = sum(tt for tt, _, _ in mine)
+    row(f"observer breakdown B={batch} (cProfile, {calls} steps)",
+        f"{1e6 * total / calls:.1f} us a step under the profiler; largest: " + ", ".join(
+            f"{where} {1e6 * tt / calls:.1f} us" for tt, _, where in sorted(mine)[::-1][:8]))
+    if engine.device != "cuda":
+        return
+    import torch
+    loops = 2000
+
+    def each(fn) -> float:
+        started = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        return 1e6 * (time.perf_counter() - started) / loops
+    stream = torch.cuda.current_stream()
+    ready = torch.cuda.Event(enable_timing=True)
+    ready.record(stream)
+    later = torch.cuda.Event(enable_timing=True)
+    later.record(stream)
+    torch.cuda.synchronize()
+    costs = {
+        "torch.cuda.current_stream()": each(torch.cuda.current_stream),
+        "Event.record() (reads the current stream)": each(ready.record),
+        "Event.record(stream)": each(lambda: ready.record(stream)),
+        "Event() + first record (creates the CUDA event)": each(
+            lambda: torch.cuda.Event(enable_timing=True).record(stream)),
+        "Event.query() (completed)": each(ready.query),
+        "Event.elapsed_time()": each(lambda: ready.elapsed_time(later)),
+        "time.perf_counter()": each(time.perf_counter),
+    }
+    torch.cuda.synchronize()
+    row("CUDA event calls, bare (us a call)", ", ".join(f"{k} {v:.2f}" for k, v in
+                                                        costs.items()))
+
+
 def sync_count(engine, batch: int, context: int, tokens: int) -> None:
     if engine.device != "cuda":
         row("host-device syncs added per step", "n/a: no device on CPU")
@@ -488,6 +543,8 @@ def main() -> int:
     parser.add_argument("--cuda-graphs", action="store_true")
     parser.add_argument("--acceptance-length", type=float)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="only where the observer's host time goes")
     parser.add_argument("--ablation", action="store_true",
                         help="only the observer-overhead ablation")
     parser.add_argument("--suite", nargs=argparse.REMAINDER,
@@ -517,6 +574,9 @@ def main() -> int:
                                       else [(1, 128), (4, 128)], tokens=32)),
         ("repeatability and cost", lambda: repeatability_and_cost(engine)),
     ]
+    if args.breakdown:
+        sections = [(f"observer breakdown B={b}", lambda b=b: observer_breakdown(
+            engine, args.rounds, b, context, tokens)) for b in overhead_batches]
     if args.ablation:
         sections = [("overhead ablation", lambda: overhead_ablation(
             engine, args.rounds, batch, context, tokens))]
