@@ -68,8 +68,8 @@ def observed(engine, timer=None, window: bool = True, dispatch: bool = True):
     finally:
         compat.graph_dispatcher = saved
     try:
-        with observer.window(BOOKING_MEASURED) if window else contextlib.nullcontext():
-            yield observer
+        with observer.window(BOOKING_MEASURED) if window else contextlib.nullcontext() as opened:
+            yield opened  # the Window (its records are joined when it closes), or None
     finally:
         observer.detach()
 
@@ -328,8 +328,10 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
         return
     import torch
 
-    def count(with_observer: bool) -> tuple[int, int]:
-        observer = attach_full(engine) if with_observer else None
+    def count(with_observer: bool) -> tuple[int, int, int]:
+        """Syncs and steps of one decode run; with the observer, a measured window is open,
+        so every step is frozen and timed (the window's drain, at idle, is outside the
+        counted run on purpose). Also returns the timing samples the window got."""
         steps = [0]
         sched = compat.scheduler(engine.llm)
         original = sched.schedule
@@ -337,23 +339,22 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
         def counting(*a, **k):
             steps[0] += 1
             return original(*a, **k)
+        prompts = decode_prompts(engine, batch, context)
         sched.schedule = counting
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    engine.generate(decode_prompts(engine, batch, context),
-                                    sampling_params(tokens))
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            syncs = sum("synchroniz" in str(w.message) for w in caught)
+            with observed(engine) if with_observer else contextlib.nullcontext() as window:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    torch.cuda.set_sync_debug_mode("warn")
+                    try:
+                        engine.generate(prompts, sampling_params(tokens))
+                    finally:
+                        torch.cuda.set_sync_debug_mode("default")
         finally:
             del sched.schedule
-            if observer:
-                # the window drain (at idle) is outside the counted run on purpose
-                observer.detach()
-        return syncs, steps[0]
+        syncs = sum("synchroniz" in str(w.message) for w in caught)
+        timed = sum(r.timing is not None for r in window.records) if window else 0
+        return syncs, steps[0], timed
 
     with warnings.catch_warnings(record=True) as caught:  # the method must see a real sync
         warnings.simplefilter("always")
@@ -364,13 +365,14 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
             torch.cuda.set_sync_debug_mode("default")
     control = sum("synchroniz" in str(w.message) for w in caught)
     count(False)
-    base, base_steps = count(False)
-    obs, obs_steps = count(True)
+    base, base_steps, _ = count(False)
+    obs, obs_steps, timed = count(True)
     per_step = obs / max(obs_steps, 1) - base / max(base_steps, 1)
     row("host-device syncs added per step (torch sync debug mode)",
-        f"{per_step:+.3f} (engine alone {base} in {base_steps} steps; with observer {obs} in "
-        f"{obs_steps} steps; positive control: one .item() counted {control})", "0",
-        abs(per_step) < 1e-9 and control >= 1)
+        f"{per_step:+.3f} (engine alone {base} in {base_steps} steps; with the observer "
+        f"recording {obs} in {obs_steps} steps, {timed} of them timed; positive control: "
+        f"one .item() counted {control})", "0",
+        abs(per_step) < 1e-9 and control >= 1 and timed > 0)
 
 
 def _annotate_steps(worker):
@@ -553,6 +555,8 @@ def main() -> int:
     parser.add_argument("--cuda-graphs", action="store_true")
     parser.add_argument("--acceptance-length", type=float)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--syncs", action="store_true",
+                        help="only the hot-path synchronisation count")
     parser.add_argument("--breakdown", action="store_true",
                         help="only where the observer's host time goes")
     parser.add_argument("--ablation", action="store_true",
@@ -584,6 +588,8 @@ def main() -> int:
                                       else [(1, 128), (4, 128)], tokens=32)),
         ("repeatability and cost", lambda: repeatability_and_cost(engine)),
     ]
+    if args.syncs:
+        sections = [("hot-path syncs", lambda: sync_count(engine, batch, context, 32))]
     if args.breakdown:
         sections = [(f"observer breakdown B={b}", lambda b=b: observer_breakdown(
             engine, args.rounds, b, context, tokens)) for b in overhead_batches]
