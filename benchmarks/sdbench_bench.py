@@ -28,6 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from unittest.mock import patch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,10 +51,6 @@ def row(measure: str, figure: str, goal: str = "", met: bool | None = None) -> N
 def decode_prompts(engine, batch: int, context: int) -> list[list[int]]:
     """Fresh prompts from the engine's own stream: none repeats, so none is a cache hit."""
     return [engine.fresh_tokens(context) for _ in range(batch)]
-
-
-def attach_full(engine):
-    return NativeObserver(engine.llm, timer_for(engine.device)).attach()
 
 
 @contextlib.contextmanager
@@ -82,9 +79,6 @@ def gc_disabled(variant):
             yield
     finally:
         gc.enable()
-
-
-_ABSENT = object()
 
 
 class HostProfile:
@@ -130,23 +124,15 @@ class HostProfile:
 
     @contextlib.contextmanager
     def installed(self):
-        saved = []
-        for owner, name in self.METHODS:
-            obj = self._owners[owner]
-            saved.append((obj, name, vars(obj).get(name, _ABSENT)))
-            setattr(obj, name, self._timed(name, getattr(obj, name)))
-        if self._gc_pauses:
-            gc.callbacks.append(self._on_gc)
-        try:
-            yield self
-        finally:
+        with contextlib.ExitStack() as stack:
+            for owner, name in self.METHODS:
+                obj = self._owners[owner]
+                stack.enter_context(patch.object(obj, name, self._timed(name,
+                                                                       getattr(obj, name))))
             if self._gc_pauses:
-                gc.callbacks.remove(self._on_gc)
-            for obj, name, previous in reversed(saved):
-                if previous is _ABSENT:
-                    del vars(obj)[name]
-                else:
-                    setattr(obj, name, previous)
+                gc.callbacks.append(self._on_gc)
+                stack.callback(gc.callbacks.remove, self._on_gc)
+            yield self
 
 
 @dataclass
@@ -332,29 +318,19 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
         """Syncs and steps of one decode run; with the observer, a measured window is open,
         so every step is frozen and timed (the window's drain, at idle, is outside the
         counted run on purpose). Also returns the timing samples the window got."""
-        steps = [0]
-        sched = compat.scheduler(engine.llm)
-        original = sched.schedule
-
-        def counting(*a, **k):
-            steps[0] += 1
-            return original(*a, **k)
         prompts = decode_prompts(engine, batch, context)
-        sched.schedule = counting
-        try:
-            with observed(engine) if with_observer else contextlib.nullcontext() as window:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    torch.cuda.set_sync_debug_mode("warn")
-                    try:
-                        engine.generate(prompts, sampling_params(tokens))
-                    finally:
-                        torch.cuda.set_sync_debug_mode("default")
-        finally:
-            del sched.schedule
+        with HostProfile(engine).installed() as host, \
+                (observed(engine) if with_observer else contextlib.nullcontext()) as window:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    engine.generate(prompts, sampling_params(tokens))
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
         syncs = sum("synchroniz" in str(w.message) for w in caught)
         timed = sum(r.timing is not None for r in window.records) if window else 0
-        return syncs, steps[0], timed
+        return syncs, host.steps, timed
 
     with warnings.catch_warnings(record=True) as caught:  # the method must see a real sync
         warnings.simplefilter("always")
@@ -375,7 +351,8 @@ def sync_count(engine, batch: int, context: int, tokens: int) -> None:
         abs(per_step) < 1e-9 and control >= 1 and timed > 0)
 
 
-def _annotate_steps(worker):
+@contextlib.contextmanager
+def _annotated_steps(worker):
     """Benchmark-only wrappers: a profiler range per step, opened in execute_model and closed
     in sample_tokens, so that the trace holds each step's GPU span (gpu_user_annotation)."""
     from torch.profiler import record_function
@@ -398,11 +375,9 @@ def _annotate_steps(worker):
         if open_ranges:
             open_ranges.pop(0).__exit__(None, None, None)
         return output
-    worker.execute_model, worker.sample_tokens = execute_model, sample_tokens
-
-    def remove():
-        del worker.execute_model, worker.sample_tokens
-    return remove
+    with patch.object(worker, "execute_model", execute_model), \
+            patch.object(worker, "sample_tokens", sample_tokens):
+        yield
 
 
 def _trace_steps(prof) -> dict[int, tuple[float, float, float]]:
@@ -453,35 +428,34 @@ def fidelity(engine, points, tokens: int) -> None:
     for b, c in points:
         prompts = decode_prompts(engine, b, c)
         engine.generate(decode_prompts(engine, b, c), sampling_params(tokens))
-        observer = attach_full(engine)
         sched = compat.scheduler(engine.llm)
         emitted: dict[int, float] = {}
         walls: dict[int, float] = {}
-        schedule, update = sched.schedule, sched.update_from_output
 
-        def timed_schedule(*a, **k):
-            out = schedule(*a, **k)
-            emitted[getattr(out, STAMP_ATTR)] = time.perf_counter()
-            return out
+        def timed_schedule(schedule):  # above the observer: it reads the stamped ID
+            def timed(*a, **k):
+                out = schedule(*a, **k)
+                emitted[getattr(out, STAMP_ATTR)] = time.perf_counter()
+                return out
+            return timed
 
-        def timed_update(so, mro, *a, **k):
-            iid = getattr(so, STAMP_ATTR, None)
-            if iid in emitted:
-                walls[iid] = time.perf_counter() - emitted[iid]
-            return update(so, mro, *a, **k)
-        sched.schedule, sched.update_from_output = timed_schedule, timed_update
-        remove = _annotate_steps(compat.worker(engine.llm))
+        def timed_update(update):
+            def timed(so, mro, *a, **k):
+                iid = getattr(so, STAMP_ATTR, None)
+                if iid in emitted:
+                    walls[iid] = time.perf_counter() - emitted[iid]
+                return update(so, mro, *a, **k)
+            return timed
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        try:
-            with profile(activities=activities) as prof:
-                with observer.window(BOOKING_MEASURED) as window:
-                    engine.generate(prompts, sampling_params(tokens))
+        with observed(engine) as window:
+            with patch.object(sched, "schedule", timed_schedule(sched.schedule)), \
+                    patch.object(sched, "update_from_output",
+                                 timed_update(sched.update_from_output)), \
+                    _annotated_steps(compat.worker(engine.llm)), \
+                    profile(activities=activities) as prof:
+                engine.generate(prompts, sampling_params(tokens))
                 if cuda:
                     torch.cuda.synchronize()
-        finally:
-            remove()
-            sched.schedule, sched.update_from_output = schedule, update
-            observer.detach()
         steps = [r for r in window.records if r.snapshot.requests]
         native = sum(r.timing.seconds for r in steps)
         wall = sum(walls.get(r.native_iteration_id, 0.0) for r in steps)
@@ -517,6 +491,7 @@ def repeatability_and_cost(engine) -> None:
     grid = grid_for(engine)
     first = Collector(engine).collect("agg", grid)
     second = Collector(engine).collect("agg", grid)
+
     def by_point(run):
         return {(phase, o.point_index): o for phase, observations in
                 (("prefill", run.prefill), ("decode", run.decode)) for o in observations}
@@ -580,16 +555,17 @@ def main() -> int:
     batch, context, tokens = (8, 256, 128) if large else (4, 128, 48)
     # on the qwen3 preset: the largest batch the graph engine captures, and one beyond it
     overhead_batches = (max(GRAPH_BATCHES), batch) if large else (batch,)
+    syncs = ("hot-path syncs", lambda: sync_count(engine, batch, context, 32))
     sections = [
         *((f"observer overhead B={b}", lambda b=b: observer_overhead(
             engine, args.rounds, b, context, tokens)) for b in overhead_batches),
-        ("hot-path syncs", lambda: sync_count(engine, batch, context, 32)),
+        syncs,
         ("fidelity", lambda: fidelity(engine, [(1, 256), (4, 256), (8, 256)] if large
                                       else [(1, 128), (4, 128)], tokens=32)),
         ("repeatability and cost", lambda: repeatability_and_cost(engine)),
     ]
     if args.syncs:
-        sections = [("hot-path syncs", lambda: sync_count(engine, batch, context, 32))]
+        sections = [syncs]
     if args.breakdown:
         sections = [(f"observer breakdown B={b}", lambda b=b: observer_breakdown(
             engine, args.rounds, b, context, tokens)) for b in overhead_batches]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from typing import Any, NamedTuple
 
 # The engine core and the worker must live in this process: the observer wraps the
 # scheduler and the worker of the running engine, and joins them through the very
@@ -99,10 +99,19 @@ def engine_kwargs(spec, device: str) -> dict:
 
 # ---- reading a SchedulerOutput (the producer side) --------------------------------------
 
-def scheduled_requests(scheduler_output, sched) -> tuple[tuple, ...]:
-    """Per scheduled request, read at schedule() time before anything runs, as a plain tuple
-    (the observer's hot path builds no objects): (request id, prompt length, computed (KV
-    read) tokens, scheduled tokens, draft tokens, preemption count)."""
+class ScheduledRow(NamedTuple):
+    """One scheduled request as schedule() emitted it: plain values, so that the observer's
+    hot path builds no typed objects."""
+    request_id: str
+    prompt_tokens: int
+    computed_tokens: int     # KV tokens already in the cache, read by this step
+    scheduled_tokens: int    # new tokens this step, drafts included
+    draft_tokens: int
+    preemptions: int
+
+
+def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:
+    """Every scheduled request, read at schedule() time before anything runs."""
     drafts = scheduler_output.scheduled_spec_decode_tokens or {}
     computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
     cached = scheduler_output.scheduled_cached_reqs
@@ -111,11 +120,10 @@ def scheduled_requests(scheduler_output, sched) -> tuple[tuple, ...]:
     rows = []
     for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
         request = requests.get(req_id)
-        rows.append((req_id,
-                     request.num_prompt_tokens if request is not None else -1,
-                     computed[req_id], num_scheduled, len(drafts.get(req_id, ())),
-                     (getattr(request, "num_preemptions", 0) or 0) if request is not None
-                     else 0))
+        rows.append(ScheduledRow(
+            req_id, request.num_prompt_tokens if request is not None else -1,
+            computed[req_id], num_scheduled, len(drafts.get(req_id, ())),
+            (getattr(request, "num_preemptions", 0) or 0) if request is not None else 0))
     return tuple(rows)
 
 

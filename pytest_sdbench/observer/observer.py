@@ -38,7 +38,7 @@ class IterationRecord:
     output carried; the typed snapshot is built from them on first use, after the window."""
     native_iteration_id: int
     booking: str
-    rows: tuple[tuple, ...]            # compat.scheduled_requests, frozen at schedule() time
+    rows: tuple[compat.ScheduledRow, ...]   # frozen at schedule() time
     queue: tuple[int, int]             # (waiting, running) right after schedule()
     total_scheduled_tokens: int
     timing: TimingSample | None = None
@@ -51,9 +51,9 @@ class IterationRecord:
     def snapshot(self) -> Snapshot:
         """The frozen workload, as the scheduler emitted it."""
         requests = tuple(RequestSnapshot(
-            request_id=request_id, prompt_tokens=int(prompt), new_tokens=int(scheduled - drafts),
-            kv_tokens=int(computed), draft_tokens=int(drafts), preemptions=int(preemptions))
-            for request_id, prompt, computed, scheduled, drafts, preemptions in self.rows)
+            request_id=r.request_id, prompt_tokens=int(r.prompt_tokens),
+            new_tokens=int(r.scheduled_tokens - r.draft_tokens), kv_tokens=int(r.computed_tokens),
+            draft_tokens=int(r.draft_tokens), preemptions=int(r.preemptions)) for r in self.rows)
         return Snapshot(native_iteration_id=self.native_iteration_id,
                         phase=Snapshot.phase_of(requests), booking=self.booking,
                         requests=requests, queue=QueueSnapshot(*self.queue),
@@ -243,8 +243,8 @@ class NativeObserver:
     def _correct_in_flight(self, done: IterationRecord) -> None:
         """Iterations scheduled before `done`'s output arrived assumed all its drafts were
         accepted; book the rejected ones against the same request and preemption count."""
-        drafted = {(request_id, preemptions): drafts
-                   for request_id, _, _, _, drafts, preemptions in done.rows if drafts}
+        drafted = {(r.request_id, r.preemptions): r.draft_tokens
+                   for r in done.rows if r.draft_tokens}
         if not drafted:
             return
         accepted = done.accepted or {}
@@ -252,11 +252,11 @@ class NativeObserver:
             later = self._records.get(later_id)
             if later is None or later_id < done.native_iteration_id:
                 continue
-            for request_id, _, _, _, _, preemptions in later.rows:
-                drafts = drafted.get((request_id, preemptions))
+            for r in later.rows:
+                drafts = drafted.get((r.request_id, r.preemptions))
                 if not drafts:
                     continue
-                rejected = drafts - max(accepted.get(request_id, 0) - 1, 0)
+                rejected = drafts - max(accepted.get(r.request_id, 0) - 1, 0)
                 if rejected > 0:
-                    later.corrections.append((request_id, preemptions,
+                    later.corrections.append((r.request_id, r.preemptions,
                                               done.native_iteration_id, rejected))
