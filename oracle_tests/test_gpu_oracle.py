@@ -12,8 +12,7 @@ from pytest_sdbench.contract import GRAPH_EAGER, STATUS_COMPLETE
 from pytest_sdbench.engine import compat
 from pytest_sdbench.points import parse_grid
 from pytest_sdbench.session import GRAPH_BATCHES
-
-from .checks import observation_violations, restoration_violations
+from pytest_sdbench.testing import observation_violations, restoration_violations
 
 pytestmark = [pytest.mark.sdbench_cuda, pytest.mark.sdbench_vram(3.6)]
 
@@ -21,8 +20,12 @@ MATRIX_AL = (1.0, 2.78, 4.0)
 MATRIX_TOKENS = 128  # output tokens per request: enough decode steps to estimate AL
 
 
+def _eager(engine) -> bool:
+    return bool(engine.identity.settings.enforce_eager.value)
+
+
 def _mode(engine) -> str:
-    return "eager" if engine.spec.enforce_eager else "cuda-graph"
+    return "eager" if _eager(engine) else "cuda-graph"
 
 
 def test_prefill_only_oracle(sdbench_collect, sdbench_engine):
@@ -43,14 +46,14 @@ def test_decode_matrix_cell(sdbench_collect, sdbench_engine, sdbench_note, al):
     k = engine.spec.draft_depth
     # The largest batch whose uniform decode step is a captured graph shape, so that the
     # CUDA-graph row of the matrix really runs as a graph (and the eager row the same batch).
-    batch = max(_captured_batches(engine)) if not engine.spec.enforce_eager else \
+    batch = max(_captured_batches(engine)) if not _eager(engine) else \
         max(GRAPH_BATCHES)
     grid = parse_grid({"decode": [{"batch_size": batch, "context_tokens": 256,
                                    "draft_depth": k, "acceptance_length": al}]})
     run = sdbench_collect("decode", grid, decode_tokens=MATRIX_TOKENS)
     (obs,) = run.artifact.decode
     assert observation_violations(run.artifact) == []
-    assert (obs.graph_mode == GRAPH_EAGER) == engine.spec.enforce_eager, obs.graph_mode
+    assert (obs.graph_mode == GRAPH_EAGER) == _eager(engine), obs.graph_mode
     sdbench_note(f"matrix {_mode(engine)} B={batch} AL {al}: observed "
                  f"{obs.run_acceptance_length:.3f} over {obs.run_acceptance_samples} "
                  f"request-steps (steady step "
@@ -72,12 +75,12 @@ def _captured_batches(engine) -> list[int]:
 
 def test_cuda_graph_batch_axis(sdbench_collect, sdbench_engine, sdbench_note):
     engine = sdbench_engine
-    if engine.spec.enforce_eager:
+    if _eager(engine):
         pytest.skip("the engine runs eagerly: rerun with --sdbench-cuda-graphs")
     k = engine.spec.draft_depth
     sizes = _capture_sizes(engine)
     captured = _captured_batches(engine)
-    axis = sorted({b for c in captured for b in (c, c + 1) if b <= engine.spec.max_num_seqs})
+    axis = sorted({b for c in captured for b in (c, c + 1) if b <= engine.max_num_seqs})
     al = engine.spec.synthetic_acceptance_length
     grid = parse_grid({"decode": [{"batch_size": b, "context_tokens": 128, "draft_depth": k,
                                    "acceptance_length": al} for b in axis]})

@@ -14,8 +14,7 @@ from pytest_sdbench.contract import (
     PHASES_BY_MODE,
     STATUS_COMPLETE,
 )
-
-from .checks import observation_violations, restoration_violations
+from pytest_sdbench.testing import observation_violations, restoration_violations
 
 
 def test_collection_is_complete(sdbench_collection):

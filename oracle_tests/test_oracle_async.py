@@ -7,8 +7,7 @@ synchronous scheduling (CPU) no correction is needed and none may be made."""
 from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.contract import BOOKING_MEASURED
 from pytest_sdbench.observer import NativeObserver, timer_for
-
-from .checks import restoration_violations
+from pytest_sdbench.testing import restoration_violations
 
 
 def test_corrected_snapshots_track_the_real_kv(sdbench_engine, sdbench_note):

@@ -13,8 +13,8 @@ import statistics
 import sys
 import time
 
-from .contract import DEFAULT_DRAFT_DEPTH, MODE_AGG, MODES, STATUS_COMPLETE
-from .engine import AUTO_PRESET, PRESETS
+from .options import add_cli_options, user_engine_args
+from .wire.contract import K_WINDOW, STATUS_COMPLETE
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 
@@ -32,17 +32,10 @@ def _k_window(text: str) -> tuple[int, int]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("collect", help="start an engine, collect a profile, write the artifact")
-    c.add_argument("--mode", choices=MODES, default=MODE_AGG)
-    c.add_argument("--preset", choices=[AUTO_PRESET, *sorted(PRESETS)], default=AUTO_PRESET,
-                   help="auto: tiny on CPU, qwen3-0.6b on CUDA")
-    c.add_argument("--model", metavar="DIR")
-    c.add_argument("--draft", metavar="DIR")
-    c.add_argument("--k", type=int, default=DEFAULT_DRAFT_DEPTH, metavar="K")
-    c.add_argument("--grid", metavar="JSON", help="grid manifest")
+    c = sub.add_parser("collect", help="start an engine, collect a profile, write the artifact "
+                       "(one engine and artifact per K of a sweep, plus an index)")
+    add_cli_options(c, "collect")
     c.add_argument("--out", default="sdbench-artifacts", metavar="DIR")
-    c.add_argument("--cuda-graphs", action="store_true")
-    c.add_argument("--acceptance-length", type=float, metavar="AL")
     v = sub.add_parser("validate", help="check artifacts against the contract")
     v.add_argument("paths", nargs="+", metavar="PATH")
     v.add_argument("--k-window", type=_k_window, default=(1, 5), metavar="LOW-HIGH",
@@ -74,16 +67,41 @@ def cmd_collect(args) -> int:
     # VLLM_LOGGING_LEVEL to see them).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    from .engine import start_engine
-    from .points import GridError
-    from .session import InvalidArtifact, collect_to_artifact, describe, engine_spec, grid_for
+    from .session import engine_spec
+    low, high = K_WINDOW
+    outside = [k for k in args.k if not low <= k <= high]
+    if outside:
+        _err(f"sdbench collect: note: --k {outside} lies outside the import window "
+             f"K={low}-{high}; collected and kept, and flagged by `sdbench validate`")
     try:
-        spec = engine_spec(preset=args.preset, model=args.model, draft=args.draft,
-                           draft_depth=args.k, cuda_graphs=args.cuda_graphs,
-                           acceptance_length=args.acceptance_length)
+        specs = [engine_spec(preset=args.preset, model=args.model, draft=args.draft,
+                             draft_depth=k, cuda_graphs=args.cuda_graphs,
+                             acceptance_length=args.acceptance_length,
+                             vllm_defaults=args.vllm_defaults,
+                             user_engine_args=user_engine_args(vars(args)),
+                             target_revision=args.target_revision,
+                             draft_revision=args.draft_revision, cli=True) for k in args.k]
     except ValueError as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE
+    runs, worst = [], EXIT_OK
+    for spec in specs:
+        code, run = _collect_one(spec, args)
+        worst = max(worst, code)
+        if run is None:
+            return code
+        runs.append(run)
+    if len(runs) > 1:
+        from .session import write_sweep_index
+        print(f"wrote the K-sweep index {write_sweep_index(runs, args.out)}")
+    return worst
+
+
+def _collect_one(spec, args):
+    """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
+    from .engine import start_engine
+    from .points import GridError
+    from .session import InvalidArtifact, collect_to_artifact, describe, grid_for
     _err(f"sdbench: starting the engine ({spec.preset or spec.target}, K={spec.draft_depth}) ...")
     engine = start_engine(spec)
     _err(f"sdbench: engine started in {engine.start_seconds:.1f} s on {engine.device}")
@@ -93,18 +111,19 @@ def cmd_collect(args) -> int:
         _err(f"sdbench [{done}/{total}] {label} ({time.perf_counter() - started:.1f} s)")
     try:
         grid = grid_for(engine, args.grid)
-        run = collect_to_artifact(engine, args.mode, grid, args.out, progress=progress)
+        run = collect_to_artifact(engine, args.mode, grid, args.out, progress=progress,
+                                  repeats=args.repeats)
     except GridError as exc:
         _err(f"sdbench collect: {exc}")
-        return EXIT_UNUSABLE
+        return EXIT_UNUSABLE, None
     except InvalidArtifact as exc:
         _err(f"sdbench collect: {exc}")
-        return EXIT_INVALID
+        return EXIT_INVALID, None
     finally:
         engine.shutdown()
     print(_table(run.artifact))
     print(f"wrote {describe(run)}")
-    return EXIT_OK if run.artifact.status == STATUS_COMPLETE else EXIT_INVALID
+    return (EXIT_OK if run.artifact.status == STATUS_COMPLETE else EXIT_INVALID), run
 
 
 def cmd_validate(args) -> int:

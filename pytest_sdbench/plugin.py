@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from . import hooks, vram
-from .contract import DEFAULT_DRAFT_DEPTH, MODE_AGG, MODES
-from .engine import AUTO_PRESET, PRESETS
+from .options import add_pytest_options, user_engine_args
 
 # The run's sdbench summary, by section; xdist workers hand theirs to the controller under
 # one workeroutput key.
@@ -42,26 +41,18 @@ def pytest_addhooks(pluginmanager):
 
 def pytest_addoption(parser):
     group = parser.getgroup("sdbench", "speculative-decoding forward-pass profile (vLLM EAGLE3)")
-    group.addoption("--sdbench-mode", choices=MODES, default=MODE_AGG,
-                    help="phases to collect: prefill, decode, or agg (both, never mixed in "
-                         "one batch); default agg")
-    group.addoption("--sdbench-preset", choices=[AUTO_PRESET, *sorted(PRESETS)],
-                    default=AUTO_PRESET, help="built-in model preset with dummy weights "
-                    "(default auto: tiny on CPU, qwen3-0.6b on CUDA)")
-    group.addoption("--sdbench-model", default=None, metavar="DIR",
-                    help="target checkpoint directory (instead of a preset)")
-    group.addoption("--sdbench-draft", default=None, metavar="DIR",
-                    help="EAGLE3 draft checkpoint directory (with --sdbench-model)")
-    group.addoption("--sdbench-k", type=int, default=DEFAULT_DRAFT_DEPTH, metavar="K",
-                    help=f"draft depth K (default {DEFAULT_DRAFT_DEPTH})")
-    group.addoption("--sdbench-grid", default=None, metavar="JSON",
-                    help="grid manifest (JSON) instead of the preset's default grid")
+    add_pytest_options(group)
     group.addoption("--sdbench-artifact-dir", default=None, metavar="DIR",
                     help=f"where artifacts are written (default <rootdir>/{DEFAULT_ARTIFACT_DIR})")
-    group.addoption("--sdbench-cuda-graphs", action="store_true",
-                    help="CUDA: run the engine with CUDA graphs (default eager)")
-    group.addoption("--sdbench-acceptance-length", type=float, default=None, metavar="AL",
-                    help="CUDA: synthetic acceptance length for decode points")
+
+
+def pytest_generate_tests(metafunc):
+    """A K sweep (--sdbench-k 1-5): every test that uses the engine runs once per K, on an
+    engine of that K; pytest groups the tests by K and frees one engine before the next."""
+    depths = metafunc.config.getoption("sdbench_k")
+    if "sdbench_k" in metafunc.fixturenames and len(depths) > 1:
+        metafunc.parametrize("sdbench_k", depths, indirect=True, scope="session",
+                             ids=[f"K{k}" for k in depths])
 
 
 def pytest_configure(config):
@@ -136,7 +127,7 @@ def _worker_id(config) -> str | None:
 
 
 def artifact_dir(config) -> Path:
-    chosen = config.getoption("--sdbench-artifact-dir")
+    chosen = config.getoption("sdbench_artifact_dir")
     if chosen:  # relative to where pytest was invoked, reported as an absolute path
         return (Path(config.invocation_params.dir) / chosen).resolve()
     return Path(config.rootpath) / DEFAULT_ARTIFACT_DIR
@@ -161,20 +152,35 @@ def _progress(config):
 
 
 @pytest.fixture(scope="session")
-def sdbench_engine_spec(pytestconfig):
+def sdbench_k(request) -> int:
+    """The draft depth K of this engine: the one --sdbench-k names, or under a sweep
+    (--sdbench-k 1-5) the K of this parametrisation."""
+    return getattr(request, "param", request.config.getoption("sdbench_k")[0])
+
+
+@pytest.fixture(scope="session")
+def sdbench_engine_spec(pytestconfig, sdbench_k):
+    """The EngineSpec built from the --sdbench-* options for this K (not started)."""
     from .session import engine_spec
     opt = pytestconfig.getoption
     try:
-        return engine_spec(preset=opt("--sdbench-preset"), model=opt("--sdbench-model"),
-                           draft=opt("--sdbench-draft"), draft_depth=opt("--sdbench-k"),
-                           cuda_graphs=opt("--sdbench-cuda-graphs"),
-                           acceptance_length=opt("--sdbench-acceptance-length"))
+        return engine_spec(
+            preset=opt("sdbench_preset"), model=opt("sdbench_model"), draft=opt("sdbench_draft"),
+            draft_depth=sdbench_k, cuda_graphs=opt("sdbench_cuda_graphs"),
+            acceptance_length=opt("sdbench_acceptance_length"),
+            vllm_defaults=opt("sdbench_vllm_defaults"),
+            user_engine_args=user_engine_args({"engine_config": opt("sdbench_engine_config"),
+                                               "engine_arg": opt("sdbench_engine_arg")}),
+            target_revision=opt("sdbench_target_revision"),
+            draft_revision=opt("sdbench_draft_revision"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.fixture(scope="session")
 def sdbench_engine(sdbench_engine_spec):
+    """The started target + EAGLE3 engine (SdbenchEngine: .llm, .identity, .kv_capacity,
+    .probe()), shut down at the end of the session (or before the next K of a sweep)."""
     from .engine import start_engine
     engine = start_engine(sdbench_engine_spec)
     try:
@@ -185,23 +191,29 @@ def sdbench_engine(sdbench_engine_spec):
 
 @pytest.fixture(scope="session")
 def sdbench_grid(pytestconfig, sdbench_engine):
+    """The grid of points: --sdbench-grid, or the default grid for this engine."""
     from .points import GridError
     from .session import grid_for
     try:
-        return grid_for(sdbench_engine, pytestconfig.getoption("--sdbench-grid"))
+        return grid_for(sdbench_engine, pytestconfig.getoption("sdbench_grid"))
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.fixture(scope="session")
 def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
+    """collect(mode=None, grid=None, decode_tokens=None, repeats=None) -> CollectionRun:
+    collect on the engine, validate, check the engine is restored, and write the artifact
+    atomically (.artifact, .path, .result)."""
     from .session import collect_to_artifact, describe
 
-    def collect(mode: str | None = None, grid=None, decode_tokens: int | None = None):
-        mode = mode or pytestconfig.getoption("--sdbench-mode")
+    def collect(mode: str | None = None, grid=None, decode_tokens: int | None = None,
+                repeats: int | None = None):
+        mode = mode or pytestconfig.getoption("sdbench_mode")
         run = collect_to_artifact(sdbench_engine, mode, grid or sdbench_grid,
                                   artifact_dir(pytestconfig), worker=_worker_id(pytestconfig),
-                                  progress=_progress(pytestconfig), decode_tokens=decode_tokens)
+                                  progress=_progress(pytestconfig), decode_tokens=decode_tokens,
+                                  repeats=repeats or pytestconfig.getoption("sdbench_repeats"))
         pytestconfig.stash[SUMMARY]["artifact"].append(describe(run))
         pytestconfig.hook.pytest_sdbench_artifact_written(
             config=pytestconfig, path=run.path, artifact=run.artifact)
@@ -211,6 +223,7 @@ def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
 
 @pytest.fixture(scope="session")
 def sdbench_collection(sdbench_collect):
+    """The collection for --sdbench-mode, run once per session (per K in a sweep)."""
     return sdbench_collect()
 
 

@@ -9,4 +9,4 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture
 def cpu_artifact_data():
     """A real artifact, written by a CPU collection of the tiny preset (vLLM 0.32)."""
-    return json.loads((FIXTURES / "cpu-agg-v3.json").read_text())
+    return json.loads((FIXTURES / "cpu-agg-v4.json").read_text())

@@ -10,7 +10,7 @@ from pytest_sdbench.cli import main
 
 from .conftest import FIXTURES
 
-REAL = FIXTURES / "cpu-agg-v3.json"
+REAL = FIXTURES / "cpu-agg-v4.json"
 
 
 def test_validate_exit_codes(tmp_path, capsys):
@@ -88,14 +88,16 @@ def test_collect_refuses_a_model_directory_without_config(tmp_path, capsys):
     code = main(["collect", "--model", str(tmp_path), "--draft", str(tmp_path / "draft")])
     assert code == 2
     err = capsys.readouterr().err
-    assert f"model: '{tmp_path}' is not a checkpoint directory with a config.json" in err
+    assert f"--model: '{tmp_path}' is not a checkpoint directory with a config.json" in err
 
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
 def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path):
     """`sdbench collect` with the user's own target and draft directories (here the tiny
-    preset's, written out), a grid manifest, and an output folder."""
+    preset's, written out, so with dummy weights), a grid manifest, an output folder, and
+    engine arguments (vLLM's defaults apply to a user's checkpoint; these reach the engine
+    and the artifact)."""
     from pytest_sdbench.engine import materialize
     target, draft = materialize("tiny", tmp_path / "models")
     grid = tmp_path / "grid.json"
@@ -103,7 +105,9 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path):
                                             "draft_depth": 3, "acceptance_length": None}]}))
     result = subprocess.run(
         [sys.executable, "-m", "pytest_sdbench.cli", "collect", "--mode", "decode", "--model",
-         str(target), "--draft", str(draft), "--grid", str(grid), "--out", str(tmp_path / "out")],
+         str(target), "--draft", str(draft), "--grid", str(grid), "--out", str(tmp_path / "out"),
+         "--engine-arg", "load_format=dummy", "--engine-arg", "max_model_len=1024",
+         "--engine-arg", "kv_cache_memory_bytes=268435456", "--engine-arg", "block_size=32"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     (artifact,) = (tmp_path / "out").glob("sdbench-decode-*.json")
@@ -111,4 +115,12 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path):
     assert "sdbench [1/1] done" in result.stderr
     data = json.loads(artifact.read_text())
     assert data["identity"]["target"]["model"]["value"] == str(target)
+    settings = data["identity"]["settings"]
+    assert settings["user_engine_args"] == {"block_size": "32", "kv_cache_memory_bytes":
+                                            "268435456", "load_format": '"dummy"',
+                                            "max_model_len": "1024"}
+    assert settings["max_model_len"] == {"status": "resolved", "value": 1024, "source":
+                                         "vllm_config.model_config.max_model_len",
+                                         "reason": None}
+    assert settings["kv_cache_memory_bytes"]["value"] == 268435456
     assert main(["validate", str(artifact)]) == 0

@@ -5,12 +5,12 @@ import copy
 
 import pytest
 
-from oracle_tests.checks import observation_violations, restoration_violations
-from pytest_sdbench import typed
 from pytest_sdbench.artifact import validate_data
 from pytest_sdbench.contract import STATUS_COMPLETE, STATUS_PARTIAL
 from pytest_sdbench.observer import HostTimer, timer_for
 from pytest_sdbench.points import parse_grid
+from pytest_sdbench.testing import observation_violations, restoration_violations
+from pytest_sdbench.wire import typed
 
 pytestmark = pytest.mark.sdbench_engine
 
@@ -136,10 +136,10 @@ def test_a_grid_the_engine_cannot_run_exactly_is_refused_naming_the_field(sdbenc
     grid = parse_grid({"decode": [
         {"batch_size": 1, "context_tokens": 64, "draft_depth": spec.draft_depth + 1,
          "acceptance_length": None},
-        {"batch_size": spec.max_num_seqs + 1, "context_tokens": 64,
+        {"batch_size": sdbench_engine.max_num_seqs + 1, "context_tokens": 64,
          "draft_depth": spec.draft_depth, "acceptance_length": None}]})
     with pytest.raises(GridError) as excinfo:
         sdbench_collect("decode", grid)
     text = str(excinfo.value)
     assert f"decode[0].draft_depth: the engine verifies K={spec.draft_depth}" in text
-    assert f"decode[1].batch_size: {spec.max_num_seqs + 1} exceeds max_num_seqs" in text
+    assert f"decode[1].batch_size: {sdbench_engine.max_num_seqs + 1} exceeds max_num_seqs" in text

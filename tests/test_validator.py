@@ -1,5 +1,5 @@
 """Each rule of the fail-closed validator rejects its case and names the field and value.
-The artifacts are mutations of a real CPU artifact (tests/fixtures/cpu-agg-v3.json)."""
+The artifacts are mutations of a real CPU artifact (tests/fixtures/cpu-agg-v4.json)."""
 
 import math
 
@@ -27,13 +27,13 @@ def test_missing_observation(cpu_artifact_data):
     del cpu_artifact_data["decode"][1]
     text = errors_of(cpu_artifact_data)
     assert "grid.decode[1] has no observation" in text
-    assert "coverage.completed: 12, the artifact holds 11 observations" in text
+    assert "coverage.completed: 12, the artifact observes 11 points" in text
 
 
 def test_duplicated_observation(cpu_artifact_data):
     cpu_artifact_data["decode"].append(cpu_artifact_data["decode"][0])
     text = errors_of(cpu_artifact_data)
-    assert "decode[4].point_index: 0 duplicates decode[0]" in text
+    assert "decode[4].repeat: point 0 repeat 0 duplicates decode[0]" in text
     assert "decode[4].native_iteration_id" in text
 
 
@@ -135,8 +135,8 @@ def test_bool_or_float_where_an_integer_belongs(cpu_artifact_data, value, kind):
 
 
 def test_future_version_is_refused(cpu_artifact_data):
-    cpu_artifact_data["schema_version"] = 4
-    assert "schema_version: 4 is newer than this reader" in errors_of(cpu_artifact_data)
+    cpu_artifact_data["schema_version"] = 5
+    assert "schema_version: 5 is newer than this reader" in errors_of(cpu_artifact_data)
 
 
 @pytest.mark.parametrize("name, marker, decode", [

@@ -18,7 +18,7 @@ from pytest_sdbench.artifact import validate_data
 
 from .conftest import FIXTURES
 
-REAL = json.loads((FIXTURES / "cpu-agg-v3.json").read_text())
+REAL = json.loads((FIXTURES / "cpu-agg-v4.json").read_text())
 OBS = r"^(prefill|decode)\[\d+\]\."
 CHECKED = [re.compile(p) for p in (
     r"^(kind|schema_version|mode|status|time_unit|device)$",

@@ -1,9 +1,9 @@
 """The artifact contract: model, builder, atomic store, fail-closed validator, legacy
 readers and the published JSON Schema."""
 
+from ..wire.model import Artifact
 from . import schema
 from .build import build_artifact
-from .model import Artifact
 from .store import UnusableArtifact, read_json, write_artifact
 from .validate import DEFAULT_K_WINDOW, Report, validate_data
 

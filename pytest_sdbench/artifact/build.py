@@ -2,25 +2,46 @@
 
 from __future__ import annotations
 
-import datetime
 import platform
 import uuid
 
 from .. import __version__
-from ..contract import (
+from ..wire.contract import (
     ARTIFACT_KIND,
     PACKAGE_NAME,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASES_BY_MODE,
     POLICY_BY_PHASE,
     SCHEMA_VERSION,
     SPEC_METHOD_EAGLE3,
     STATUS_COMPLETE,
     STATUS_FAILED,
     STATUS_PARTIAL,
+    STEP_TIME_SINGLE_RANK,
+    STEP_TIME_SLOWEST_RANK,
     TIME_UNIT,
+    WARMUP_MAX_PASSES,
+    WARMUP_MIN_PASSES,
+    WARMUP_TOLERANCE,
+    WARMUP_UNTIL_STABLE,
 )
-from ..points import grid_digest
-from ..typed import digest
-from .model import Artifact, Coverage, Integrity, Producer, Sampling, Speculative
+from ..wire.model import (
+    Artifact,
+    Coverage,
+    Integrity,
+    MeasurementPolicy,
+    PointSummary,
+    Producer,
+    RunEnvironment,
+    Sampling,
+    Speculative,
+    WarmupPolicy,
+    summarize,
+    utc_now,
+)
+from ..wire.points import grid_digest
+from ..wire.typed import digest
 
 
 def status_of(expected: int, completed: int) -> str:
@@ -29,30 +50,54 @@ def status_of(expected: int, completed: int) -> str:
     return STATUS_PARTIAL if completed else STATUS_FAILED
 
 
-def build_artifact(result, engine, worker: str | None = None,
-                   run_id: str | None = None) -> Artifact:
-    phases = [p for p in POLICY_BY_PHASE if getattr(result.grid, p)]
+def measurement_policy(mode: str, repeats: int, ranks: int) -> MeasurementPolicy:
+    phases = PHASES_BY_MODE[mode]
+    return MeasurementPolicy(
+        prefill=POLICY_BY_PHASE[PHASE_PREFILL] if PHASE_PREFILL in phases else None,
+        decode=POLICY_BY_PHASE[PHASE_DECODE] if PHASE_DECODE in phases else None,
+        repeats=repeats,
+        warmup=WarmupPolicy(rule=WARMUP_UNTIL_STABLE, min_passes=WARMUP_MIN_PASSES,
+                            max_passes=WARMUP_MAX_PASSES, tolerance=WARMUP_TOLERANCE),
+        step_time_rule=STEP_TIME_SLOWEST_RANK if ranks > 1 else STEP_TIME_SINGLE_RANK)
+
+
+def summaries(result) -> tuple[PointSummary, ...]:
+    out = []
+    for phase in (PHASE_PREFILL, PHASE_DECODE):
+        by_point: dict[int, list[float]] = {}
+        for o in getattr(result, phase):
+            by_point.setdefault(o.point_index, []).append(o.timing.seconds)
+        out.extend(summarize(phase, i, t) for i, t in sorted(by_point.items()))
+    return tuple(out)
+
+
+def build_artifact(result, engine, environment: RunEnvironment, worker: str | None = None,
+                   run_id: str | None = None, created_at: str | None = None) -> Artifact:
     expected = len(result.grid)
     identity, kv = engine.identity, engine.kv_capacity
     return Artifact(
         kind=ARTIFACT_KIND, schema_version=SCHEMA_VERSION,
         run_id=run_id or uuid.uuid4().hex,
-        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        started_at=result.started_at, created_at=created_at or utc_now(),
         mode=result.mode, status=status_of(expected, result.completed), time_unit=TIME_UNIT,
         device=engine.device,
         producer=Producer(package=PACKAGE_NAME, package_version=__version__, engine="vllm",
                           engine_version=str(identity.engine_version.value),
                           python_version=platform.python_version(), worker=worker),
-        measurement_policy={p: POLICY_BY_PHASE[p] for p in phases},
+        measurement_policy=measurement_policy(result.mode, result.repeats,
+                                              len(kv.rank_num_blocks)),
         sampling=Sampling(**result.sampling),
         speculative=Speculative(method=SPEC_METHOD_EAGLE3, draft_depth=engine.spec.draft_depth,
                                 acceptance_control=engine.acceptance_control,
                                 synthetic_acceptance_length=engine.spec.synthetic_acceptance_length),
-        identity=identity, kv_capacity=kv, grid=result.grid,
+        identity=identity, kv_capacity=kv,
+        environment=environment, grid=result.grid,
         coverage=Coverage(expected=expected, completed=result.completed,
                           skipped=len(result.skipped), skipped_points=tuple(result.skipped)),
         prefill=tuple(result.prefill), decode=tuple(result.decode),
+        summaries=summaries(result),
         integrity=Integrity(grid_digest=grid_digest(result.grid), identity_digest=digest(identity),
                             kv_capacity_digest=digest(kv)),
-        elapsed_seconds=result.elapsed_seconds, measured_seconds=result.measured_seconds,
+        elapsed_seconds=result.elapsed_seconds, timed_seconds=result.timed_seconds,
+        measured_seconds=result.measured_seconds,
     )

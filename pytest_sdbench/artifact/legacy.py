@@ -9,23 +9,32 @@ are checked on the document as written, before anything is filled in.
 - schema_version 2, "v2-phase-specific-speculative": EAGLE3, but one phase per artifact
   (mode ``prefill`` or ``decode``; ``agg`` did not exist), unverified prefixes as in v1, and
   acceptance of the retained step only (no ``run_acceptance_*``).
+- schema_version 3, "v3-single-sample": one observation per point after a single warm-up
+  pass; no engine settings, communication, KV bytes per token, run environment, start
+  time or timed total. Those are read as unresolved (or null), never filled with a guess;
+  the per-rank KV blocks are the one rank's blocks, and the point summaries are computed
+  from the one sample each point has.
 """
 
 from __future__ import annotations
 
 import copy
 
-from ..contract import (
+from ..wire import typed
+from ..wire.contract import (
     ACCEPTANCE_NATURAL,
     IDENTITY_UNRESOLVED,
     KV_SEED_NONE,
+    KV_SEED_UNVERIFIED,
     LEGACY_SCHEMA_VERSIONS,
     MODE_AGG,
     SCHEMA_VERSION,
+    STEP_TIME_SINGLE_RANK,
+    WARMUP_SINGLE_PASS,
 )
-from ..typed import digest
+from ..wire.model import summarize
+from ..wire.typed import digest
 
-UNVERIFIED_PREFIX = "unverified"  # legacy only: a cached prefix nobody verified as a hit
 NO_DRAFT = {"status": IDENTITY_UNRESOLVED, "value": None, "source": None,
             "reason": "autoregressive artifact (schema_version 1): no draft model"}
 DRAFT_MODEL_FIELDS = ("model", "revision", "config_digest", "architecture", "dtype",
@@ -55,7 +64,7 @@ def _unverified_prefill(data: dict) -> None:
     for obs in data.get("prefill", []):
         if isinstance(obs, dict) and "kv_seed_regime" not in obs:
             prefix = (obs.get("point") or {}).get("cached_prefix_tokens")
-            obs["kv_seed_regime"] = KV_SEED_NONE if prefix == 0 else UNVERIFIED_PREFIX
+            obs["kv_seed_regime"] = KV_SEED_NONE if prefix == 0 else KV_SEED_UNVERIFIED
             obs["cache_hit_tokens"] = []
 
 
@@ -88,6 +97,53 @@ def _v1_to_v2(data: dict) -> None:
                 request.setdefault("draft_tokens", 0)
 
 
+NOT_RECORDED = "not recorded before schema_version 4"
+SETTING_NAMES = ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                 "gpu_memory_utilization", "kv_cache_memory_bytes", "kv_cache_dtype",
+                 "block_size", "cudagraph_capture_sizes", "enable_chunked_prefill",
+                 "enable_prefix_caching", "enforce_eager")
+
+
+def _unrecorded() -> dict:
+    return {"status": IDENTITY_UNRESOLVED, "value": None, "source": None,
+            "reason": NOT_RECORDED}
+
+
+def _v3_to_v4(data: dict) -> None:
+    policy = data.get("measurement_policy")
+    if isinstance(policy, dict):
+        data["measurement_policy"] = {
+            "prefill": policy.get("prefill"), "decode": policy.get("decode"), "repeats": 1,
+            "warmup": {"rule": WARMUP_SINGLE_PASS, "min_passes": 1, "max_passes": 1,
+                       "tolerance": 0.0},
+            "step_time_rule": STEP_TIME_SINGLE_RANK}
+    ident = data.get("identity")
+    if isinstance(ident, dict):
+        ident.setdefault("distributed_executor_backend", _unrecorded())
+        ident.setdefault("communication", _unrecorded())
+        ident.setdefault("settings", {**{name: _unrecorded() for name in SETTING_NAMES},
+                                      "user_engine_args": {}})
+    kv = data.get("kv_capacity")
+    if isinstance(kv, dict):
+        kv.setdefault("bytes_per_token", _unrecorded())
+        kv.setdefault("rank_num_blocks", [kv.get("num_blocks")])
+    data.setdefault("started_at", None)
+    data.setdefault("environment", None)
+    data.setdefault("timed_seconds", None)
+    summaries = []
+    for phase in ("prefill", "decode"):
+        for obs in data.get(phase) or []:
+            if isinstance(obs, dict):
+                obs.setdefault("repeat", 0)
+                obs.setdefault("warmup_passes", 1)
+                obs.setdefault("warmup_settled", False)
+                seconds = (obs.get("timing") or {}).get("seconds")
+                if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+                    summaries.append(typed.encode(
+                        summarize(phase, obs.get("point_index"), [float(seconds)])))
+    data.setdefault("summaries", summaries)
+
+
 def upgrade(data: dict) -> tuple[dict, str]:
     """The current shape of a legacy artifact, and its legacy marker."""
     version = data["schema_version"]
@@ -99,8 +155,10 @@ def upgrade(data: dict) -> tuple[dict, str]:
     data = copy.deepcopy(data)
     if version == 1:
         _v1_to_v2(data)
-    _unverified_prefill(data)
-    _run_acceptance_from_step(data)
+    if version < 3:
+        _unverified_prefill(data)
+        _run_acceptance_from_step(data)
+    _v3_to_v4(data)
     data["schema_version"] = SCHEMA_VERSION
     # The upgrade filled in fields; the raw digests were checked above.
     data["integrity"] = dict(data["integrity"], identity_digest=digest(data["identity"]),

@@ -1,4 +1,4 @@
-"""The published JSON Schema of the current artifact, generated from artifact.model.
+"""The published JSON Schema of the current artifact, generated from wire.model.
 
     python -m pytest_sdbench.artifact.schema          # rewrite schema.json beside this file
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import typed
-from ..contract import ARTIFACT_KIND, SCHEMA_VERSION
-from .model import Artifact
+from ..wire import typed
+from ..wire.contract import ARTIFACT_KIND, SCHEMA_VERSION
+from ..wire.model import Artifact
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import typed
 from ..files import atomic_write_text
+from ..wire import typed
 
 
 class UnusableArtifact(ValueError):

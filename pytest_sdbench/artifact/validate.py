@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import typed
-from ..collector.shape import decode_mismatch, prefill_mismatch
-from ..contract import (
+from ..wire import typed
+from ..wire.contract import (
     ACCEPTANCE_CONTROLS,
     ACCEPTANCE_SYNTHETIC,
     ARTIFACT_KIND,
@@ -38,10 +37,12 @@ from ..contract import (
     TIMER_FOR_SOURCE,
     TIMING_SCOPES,
 )
-from ..observer.records import Snapshot
-from ..points import grid_digest
-from ..typed import digest
-from .model import Artifact
+from ..wire.identity import IdentityField
+from ..wire.model import Artifact
+from ..wire.points import grid_digest
+from ..wire.records import Snapshot
+from ..wire.shape import decode_mismatch, prefill_mismatch
+from ..wire.typed import digest
 
 # A consumer's draft-depth import window; K outside it is flagged, never dropped.
 DEFAULT_K_WINDOW = (1, 5)
@@ -105,12 +106,15 @@ def _check(a: Artifact, report: Report) -> None:
                 f"{len(observations)} observations are present")
         skipped = {s.point_index for s in a.coverage.skipped_points if s.phase == phase}
         covered: dict[int, int] = {}
+        repeats_seen: dict[tuple[int, int], int] = {}
         for i, obs in enumerate(observations):
             where = f"{phase}[{i}]"
             _check_observation(a, phase, obs, where, points, err, report.legacy)
-            if obs.point_index in covered:
-                err(f"{where}.point_index: {obs.point_index} duplicates "
-                    f"{phase}[{covered[obs.point_index]}]")
+            key = (obs.point_index, obs.repeat)
+            if key in repeats_seen:
+                err(f"{where}.repeat: point {obs.point_index} repeat {obs.repeat} duplicates "
+                    f"{phase}[{repeats_seen[key]}]")
+            repeats_seen.setdefault(key, i)
             covered.setdefault(obs.point_index, i)
             if obs.native_iteration_id in seen_ids:
                 err(f"{where}.native_iteration_id: {obs.native_iteration_id} is also the id of "
@@ -137,10 +141,12 @@ def _check_header(a: Artifact, err, legacy) -> None:
     if a.device not in DEVICES:
         err(f"device: expected one of {DEVICES}, got {a.device!r}")
     phases = PHASES_BY_MODE.get(a.mode, ())
-    want = {p: POLICY_BY_PHASE[p] for p in phases}
-    if a.measurement_policy != want:
-        err(f"measurement_policy: expected {want} for mode {a.mode!r}, "
-            f"got {a.measurement_policy}")
+    policy = a.measurement_policy
+    for phase in (PHASE_PREFILL, PHASE_DECODE):
+        want = POLICY_BY_PHASE[phase] if phase in phases else None
+        if getattr(policy, phase) != want:
+            err(f"measurement_policy.{phase}: expected {want!r} for mode {a.mode!r}, "
+                f"got {getattr(policy, phase)!r}")
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         if getattr(a.grid, phase) and phase not in phases:
             err(f"grid.{phase}: mode {a.mode!r} has no {phase} phase, yet the grid lists "
@@ -191,7 +197,6 @@ def _check_identity_and_kv(a: Artifact, err, legacy) -> None:
 
 
 def _check_identity_fields(node, where: str, err) -> None:
-    from ..engine.facts import IdentityField
     if isinstance(node, IdentityField):
         if node.status == IDENTITY_RESOLVED:
             if node.value is None or not node.source or node.reason is not None:
@@ -307,11 +312,11 @@ def _check_decode(a: Artifact, obs, where, err) -> None:
 def _check_coverage(a: Artifact, err) -> None:
     cov = a.coverage
     expected = len(a.grid)
-    completed = len(a.prefill) + len(a.decode)
+    completed = len({o.point_index for o in a.prefill}) + len({o.point_index for o in a.decode})
     if cov.expected != expected:
         err(f"coverage.expected: {cov.expected}, the grid holds {expected} points")
     if cov.completed != completed:
-        err(f"coverage.completed: {cov.completed}, the artifact holds {completed} observations")
+        err(f"coverage.completed: {cov.completed}, the artifact observes {completed} points")
     if cov.skipped != len(cov.skipped_points):
         err(f"coverage.skipped: {cov.skipped}, coverage.skipped_points lists "
             f"{len(cov.skipped_points)}")

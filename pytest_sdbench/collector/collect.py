@@ -1,18 +1,32 @@
-"""Collection: for each point, warm the exact coordinate up unbooked, run it once more
-booked, and retain the one step the phase's measurement policy names. agg runs every
-prefill point, then every decode point, so no measured batch mixes the two phases.
+"""Collection: for each point, warm the exact coordinate up unbooked until its step time
+is stable, then run it `repeats` times booked and retain, from each run, the one step the
+phase's measurement policy names. agg runs every prefill point, then every decode point,
+so no measured batch mixes the two phases.
+
+Decode points are seeded first: an unbooked run computes the point's prompts (chunked over
+as many steps as the engine's token budget needs), so that every later run of the same
+prompts is admitted in one step from the prefix cache and reaches the steady step with
+exactly the point's context. A point is thus limited by the KV capacity and max_num_seqs,
+not by one step's budget.
 
 The observer is attached for the collection and detached afterwards, whatever happens.
+Python's garbage collector is paused while a point runs (collected between points), so
+that its pauses do not land inside measured steps.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..contract import (
+from ..engine import compat
+from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
+from ..points import DecodePoint, Grid, GridError, PrefillPoint
+from ..wire.contract import (
     BOOKING_MEASURED,
     BOOKING_UNBOOKED,
     BOOKING_WARMUP,
@@ -26,29 +40,33 @@ from ..contract import (
     PHASES_BY_MODE,
     STEADY_STEP_INDEX,
     TIMER_FOR_SOURCE,
+    WARMUP_MAX_PASSES,
+    WARMUP_MIN_PASSES,
+    WARMUP_TOLERANCE,
 )
-from ..engine import compat
-from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
-from ..points import DecodePoint, Grid, GridError, PrefillPoint
-from .results import DecodeObservation, PrefillObservation, SkippedPoint
-from .shape import decode_mismatch, prefill_mismatch
+from ..wire.model import DecodeObservation, PrefillObservation, SkippedPoint, utc_now
+from ..wire.shape import decode_mismatch, prefill_mismatch
 
 
 @dataclass
 class CollectionResult:
     mode: str
     grid: Grid
+    repeats: int = 1
     prefill: list[PrefillObservation] = field(default_factory=list)
     decode: list[DecodeObservation] = field(default_factory=list)
     skipped: list[SkippedPoint] = field(default_factory=list)
     sampling: dict = field(default_factory=dict)
+    started_at: str = ""
     elapsed_seconds: float = 0.0
     measured_seconds: float = 0.0      # retained steps
     timed_seconds: float = 0.0         # every timed step: seeds, warm-ups, measured runs
 
     @property
     def completed(self) -> int:
-        return len(self.prefill) + len(self.decode)
+        """Points with all their repeats retained."""
+        return len({o.point_index for o in self.prefill}) + \
+            len({o.point_index for o in self.decode})
 
 
 class PointFailed(RuntimeError):
@@ -67,9 +85,13 @@ def decode_max_tokens(draft_depth: int) -> int:
 
 
 def check_grid_fits(grid: Grid, engine, decode_tokens: int | None = None) -> None:
-    """Reject, before anything runs, points this engine cannot run as one exact step."""
-    spec, block = engine.spec, engine.block_size
-    budget, seqs, max_len = spec.max_num_batched_tokens, spec.max_num_seqs, spec.max_model_len
+    """Reject, before anything runs, points this engine cannot run exactly: a prefill point
+    must be one step; a decode point must fit max_num_seqs, the context length and the KV
+    capacity, and its cached re-admission must fit one step's token budget."""
+    block = engine.block_size
+    budget, seqs, max_len = (engine.max_num_batched_tokens, engine.max_num_seqs,
+                             engine.max_model_len)
+    capacity = engine.kv_capacity.tokens
     errors = []
     for i, p in enumerate(grid.prefill):
         where = f"prefill[{i}]"
@@ -88,22 +110,30 @@ def check_grid_fits(grid: Grid, engine, decode_tokens: int | None = None) -> Non
         if p.cached_prefix_tokens + p.new_tokens + 1 > max_len:
             errors.append(f"{where}: cached_prefix_tokens+new_tokens exceeds max_model_len "
                           f"{max_len}")
+        if p.batch_size * (p.cached_prefix_tokens + p.new_tokens + block) > capacity:
+            errors.append(f"{where}: the batch needs more KV than the engine holds "
+                          f"({capacity} tokens)")
     for i, d in enumerate(grid.decode):
         where = f"decode[{i}]"
-        if d.draft_depth != spec.draft_depth:
-            errors.append(f"{where}.draft_depth: the engine verifies K={spec.draft_depth} "
+        if d.draft_depth != engine.spec.draft_depth:
+            errors.append(f"{where}.draft_depth: the engine verifies K={engine.spec.draft_depth} "
                           f"drafts per step, got {d.draft_depth}")
         if d.batch_size > seqs:
             errors.append(f"{where}.batch_size: {d.batch_size} exceeds max_num_seqs {seqs}")
-        if d.batch_size * d.context_tokens > budget:
-            errors.append(f"{where}: batch_size*context_tokens = "
-                          f"{d.batch_size * d.context_tokens} exceeds max_num_batched_tokens "
-                          f"{budget}; admission would be chunked")
         output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth))
         if d.context_tokens + output + d.draft_depth > max_len:
             errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
                           f"run of {output} output tokens within max_model_len {max_len}")
-        synthetic = spec.synthetic_acceptance_length is not None
+        need = d.batch_size * (d.context_tokens + output + d.draft_depth + block)
+        if need > capacity:
+            errors.append(f"{where}: batch_size*(context+output) needs {need} KV tokens, the "
+                          f"engine holds {capacity}")
+        readmit = d.batch_size * min(d.context_tokens, 3 * block)
+        if readmit > budget:
+            errors.append(f"{where}.batch_size: re-admitting {d.batch_size} cached prompts "
+                          f"takes up to {readmit} tokens in one step, over "
+                          f"max_num_batched_tokens {budget}")
+        synthetic = engine.spec.synthetic_acceptance_length is not None
         if synthetic != (d.acceptance_length is not None):
             errors.append(f"{where}.acceptance_length: the engine's acceptance is "
                           f"{engine.acceptance_control}, so it must be "
@@ -112,11 +142,24 @@ def check_grid_fits(grid: Grid, engine, decode_tokens: int | None = None) -> Non
         raise GridError("grid does not fit the engine: " + "; ".join(errors))
 
 
+def settled(times: list[float], tolerance: float = WARMUP_TOLERANCE,
+            min_passes: int = WARMUP_MIN_PASSES) -> bool:
+    """The warm-up rule: at least min_passes passes, and the last within `tolerance` of the
+    one before it."""
+    return len(times) >= min_passes and abs(times[-1] / times[-2] - 1.0) <= tolerance
+
+
 class Collector:
-    def __init__(self, engine, progress=None, decode_tokens: int | None = None):
+    def __init__(self, engine, progress=None, decode_tokens: int | None = None,
+                 repeats: int = 1,
+                 on_point: Callable[[CollectionResult], None] | None = None):
+        if repeats < 1:
+            raise ValueError(f"repeats: must be >= 1, got {repeats}")
         self.engine = engine
         self.decode_tokens = decode_tokens  # output tokens of a decode run (default: enough)
+        self.repeats = repeats
         self.progress = progress or (lambda done, total, label: None)
+        self.on_point = on_point or (lambda result: None)  # after every point (checkpoints)
         self.observer: NativeObserver | None = None
         self.timed_seconds = 0.0
 
@@ -149,7 +192,16 @@ class Collector:
         raise PointFailed(f"the engine runs CUDA graphs ({engine_mode}) but did not report how "
                           f"iteration {record.native_iteration_id} ran")
 
-    def prefill_point(self, index: int, point: PrefillPoint) -> PrefillObservation:
+    def _passes(self, run_once):
+        """Warm up until settled, then the booked repeats. run_once(booking) -> (record, ...)
+        with the pass's retained step first."""
+        times: list[float] = []
+        while len(times) < WARMUP_MAX_PASSES and not settled(times):
+            times.append(run_once(BOOKING_WARMUP)[0].timing.seconds)
+        warmup = (len(times), settled(times))
+        return [run_once(BOOKING_MEASURED) for _ in range(self.repeats)], warmup
+
+    def prefill_point(self, index: int, point: PrefillPoint) -> list[PrefillObservation]:
         # A real prefix: computed by an unbooked prefill and kept in the prefix cache. With
         # EAGLE, vLLM drops the last matched block of a hit (the draft needs its hidden
         # states), so a hit of P tokens needs P + one block cached and shared; that block
@@ -158,27 +210,36 @@ class Collector:
                              if point.cached_prefix_tokens else 0)
         if shared:
             self._run([shared], 1, BOOKING_UNBOOKED)
-        for booking in (BOOKING_WARMUP, BOOKING_MEASURED):
+
+        def run_once(booking):
             prompts = [shared + self._fresh(point.new_tokens - len(shared) +
                                             point.cached_prefix_tokens)
                        for _ in range(point.batch_size)]
             steps, outputs = self._run(prompts, 1, booking)
-        if len(steps) != 1:
-            raise PointFailed(f"single_step policy: the measured run took {len(steps)} steps")
-        (record,) = steps
-        snapshot = record.corrected_snapshot()
-        mismatch = prefill_mismatch(point, snapshot)
-        if mismatch:
-            raise PointFailed(f"the measured step's snapshot {mismatch}")
-        hits = tuple(int(o.num_cached_tokens or 0) for o in outputs)
-        if any(h != point.cached_prefix_tokens for h in hits):
-            raise PointFailed(f"cache hits {hits} differ from the point's cached prefix "
-                              f"{point.cached_prefix_tokens}")
-        return PrefillObservation(
-            point_index=index, point=point, native_iteration_id=record.native_iteration_id,
-            snapshot=snapshot, timing=record.timing, provenance=self._provenance(),
-            kv_seed_regime=KV_SEED_REAL if shared else KV_SEED_NONE, cache_hit_tokens=hits,
-            graph_mode=self._graph_mode(record))
+            if len(steps) != 1:
+                raise PointFailed(f"single_step policy: the {booking} run took {len(steps)} "
+                                  "steps")
+            return steps[0], outputs
+
+        passes, (warmups, stable) = self._passes(run_once)
+        observations = []
+        for repeat, (record, outputs) in enumerate(passes):
+            snapshot = record.corrected_snapshot()
+            mismatch = prefill_mismatch(point, snapshot)
+            if mismatch:
+                raise PointFailed(f"the measured step's snapshot {mismatch}")
+            hits = tuple(int(o.num_cached_tokens or 0) for o in outputs)
+            if any(h != point.cached_prefix_tokens for h in hits):
+                raise PointFailed(f"cache hits {hits} differ from the point's cached prefix "
+                                  f"{point.cached_prefix_tokens}")
+            observations.append(PrefillObservation(
+                point_index=index, repeat=repeat, point=point,
+                native_iteration_id=record.native_iteration_id, snapshot=snapshot,
+                timing=record.timing, provenance=self._provenance(),
+                kv_seed_regime=KV_SEED_REAL if shared else KV_SEED_NONE, cache_hit_tokens=hits,
+                graph_mode=self._graph_mode(record), warmup_passes=warmups,
+                warmup_settled=stable))
+        return observations
 
     @contextmanager
     def _acceptance(self, point: DecodePoint):
@@ -195,41 +256,61 @@ class Collector:
         finally:
             compat.set_synthetic_rates(llm, before)
 
-    def decode_point(self, index: int, point: DecodePoint) -> DecodeObservation:
+    def decode_point(self, index: int, point: DecodePoint) -> list[DecodeObservation]:
         max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
+        prompts = [self._fresh(point.context_tokens) for _ in range(point.batch_size)]
+
+        def run_once(booking):
+            steps, _ = self._run(prompts, max_tokens, booking)
+            if len(steps) < STEADY_STEP_INDEX:
+                raise PointFailed(f"steady_step policy: the {booking} run took only "
+                                  f"{len(steps)} steps")
+            first = steps[0].snapshot
+            if first.phase != PHASE_PREFILL or len(first.requests) != point.batch_size:
+                raise PointFailed(f"the {booking} run's first step did not admit every request "
+                                  "of the point at once (the seeded prompts left the cache?)")
+            return steps[STEADY_STEP_INDEX - 1], steps
+
         with self._acceptance(point):
-            for booking in (BOOKING_WARMUP, BOOKING_MEASURED):
-                prompts = [self._fresh(point.context_tokens) for _ in range(point.batch_size)]
-                steps, _ = self._run(prompts, max_tokens, booking)
-        if len(steps) < STEADY_STEP_INDEX:
-            raise PointFailed(f"steady_step policy: the measured run took only {len(steps)} "
-                              "steps")
-        if steps[0].snapshot.phase != PHASE_PREFILL or len(steps[0].snapshot.requests) != \
-                point.batch_size:
-            raise PointFailed("the first step did not admit every request of the point at once")
-        record = steps[STEADY_STEP_INDEX - 1]
-        snapshot = record.corrected_snapshot()
-        mismatch = decode_mismatch(point, snapshot)
-        if mismatch:
-            raise PointFailed(f"the steady step's snapshot {mismatch}")
-        accepted = _accepted(record, snapshot)
-        observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
-        run = [n for step in steps[STEADY_STEP_INDEX - 1:]
-               for n in _accepted(step, step.corrected_snapshot(), point.draft_depth)]
-        return DecodeObservation(
-            point_index=index, point=point, native_iteration_id=record.native_iteration_id,
-            step_index=STEADY_STEP_INDEX, snapshot=snapshot, timing=record.timing,
-            provenance=self._provenance(), accepted_tokens=accepted,
-            observed_acceptance_length=observed,
-            run_acceptance_length=1.0 + statistics.fmean(run) if run else 1.0,
-            run_acceptance_samples=len(run), graph_mode=self._graph_mode(record))
+            # Seed: compute every prompt once (chunked as the budget needs), unbooked.
+            self._run(prompts, 1, BOOKING_UNBOOKED)
+            passes, (warmups, stable) = self._passes(run_once)
+        observations = []
+        for repeat, (record, steps) in enumerate(passes):
+            snapshot = record.corrected_snapshot()
+            mismatch = decode_mismatch(point, snapshot)
+            if mismatch:
+                raise PointFailed(f"the steady step's snapshot {mismatch}")
+            accepted = _accepted(record, snapshot)
+            observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
+            run = [n for step in steps[STEADY_STEP_INDEX - 1:]
+                   for n in _accepted(step, step.corrected_snapshot(), point.draft_depth)]
+            observations.append(DecodeObservation(
+                point_index=index, repeat=repeat, point=point,
+                native_iteration_id=record.native_iteration_id, step_index=STEADY_STEP_INDEX,
+                snapshot=snapshot, timing=record.timing, provenance=self._provenance(),
+                accepted_tokens=accepted, observed_acceptance_length=observed,
+                run_acceptance_length=1.0 + statistics.fmean(run) if run else 1.0,
+                run_acceptance_samples=len(run), graph_mode=self._graph_mode(record),
+                warmup_passes=warmups, warmup_settled=stable))
+        return observations
+
+    def _point(self, run, index, point):
+        """One point with the garbage collector paused (collected first)."""
+        gc.collect()
+        gc.disable()
+        try:
+            return run(index, point)
+        finally:
+            gc.enable()
 
     # ---- the whole collection -----------------------------------------------------------
     def collect(self, mode: str, grid: Grid) -> CollectionResult:
         phases = PHASES_BY_MODE[mode]
         grid = grid.only(phases)
         check_grid_fits(grid, self.engine, self.decode_tokens)
-        result = CollectionResult(mode=mode, grid=grid, sampling=dict(GENERATION_SAMPLING))
+        result = CollectionResult(mode=mode, grid=grid, repeats=self.repeats,
+                                  sampling=dict(GENERATION_SAMPLING), started_at=utc_now())
         work = [(PHASE_PREFILL, i, p) for i, p in enumerate(grid.prefill)] + \
                [(PHASE_DECODE, i, p) for i, p in enumerate(grid.decode)]
         started = time.perf_counter()
@@ -239,17 +320,20 @@ class Collector:
                 self.progress(done, len(work), f"{phase}[{index}] {_label(point)}")
                 run = self.prefill_point if phase == PHASE_PREFILL else self.decode_point
                 try:
-                    observation = run(index, point)
+                    observations = self._point(run, index, point)
                 except (PointFailed, TimingMissing) as exc:
                     result.skipped.append(SkippedPoint(phase, index, str(exc)))
-                    continue
-                getattr(result, phase).append(observation)
-                result.measured_seconds += observation.timing.seconds
+                else:
+                    getattr(result, phase).extend(observations)
+                    result.measured_seconds += sum(o.timing.seconds for o in observations)
+                result.elapsed_seconds = time.perf_counter() - started
+                result.timed_seconds = self.timed_seconds
+                self.on_point(result)
             self.progress(len(work), len(work), "done")
         finally:
             self.observer.detach()
-        result.elapsed_seconds = time.perf_counter() - started
-        result.timed_seconds = self.timed_seconds
+            result.elapsed_seconds = time.perf_counter() - started
+            result.timed_seconds = self.timed_seconds
         return result
 
 

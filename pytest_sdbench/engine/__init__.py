@@ -1,6 +1,12 @@
 """Model presets and engine start-up; the only package that knows vLLM's internals."""
 
-from .facts import ExecutionIdentity, IdentityField, KVCacheGroup, KVCapacity, ModelIdentity
+from ..wire.identity import (
+    ExecutionIdentity,
+    IdentityField,
+    KVCacheGroup,
+    KVCapacity,
+    ModelIdentity,
+)
 from .launch import SdbenchEngine, ServingProbe, start_engine
 from .presets import AUTO_PRESET, DEFAULT_PRESET, PRESET_FOR_DEVICE, PRESETS, materialize
 from .spec import EngineSpec

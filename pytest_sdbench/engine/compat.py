@@ -68,8 +68,17 @@ def vllm_config(llm) -> Any:
     return llm.llm_engine.vllm_config
 
 
+# Engine settings the spec may ask for; None leaves vLLM's default.
+SPEC_SETTINGS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                 "kv_cache_memory_bytes", "block_size", "enforce_eager", "async_scheduling",
+                 "load_format")
+
+
 def engine_kwargs(spec, device: str) -> dict:
-    """LLM(...) keyword arguments for a spec on this device."""
+    """LLM(...) keyword arguments for a spec on this device. Besides the spec's settings,
+    only what the observer needs: no tokenizer (token-id prompts), stats on (acceptance),
+    prefix caching on (real cached prefixes; decode seeding), and on CUDA per-step graph
+    metrics (how each step ran)."""
     spec_cfg: dict = {"method": "eagle3", "model": spec.draft,
                       "num_speculative_tokens": spec.draft_depth}
     if spec.synthetic_acceptance_length is not None:
@@ -78,22 +87,20 @@ def engine_kwargs(spec, device: str) -> dict:
                              f"runs on CUDA only; this device is {device!r}")
         spec_cfg.update(rejection_sample_method="synthetic",
                         synthetic_acceptance_length=spec.synthetic_acceptance_length)
-    kwargs = dict(model=spec.target, skip_tokenizer_init=True, load_format="dummy",
-                  dtype="bfloat16", max_model_len=spec.max_model_len,
-                  max_num_seqs=spec.max_num_seqs,
-                  max_num_batched_tokens=spec.max_num_batched_tokens,
-                  kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
-                  block_size=spec.block_size or BLOCK_SIZE[device], enable_prefix_caching=True,
-                  speculative_config=spec_cfg,
-                  disable_log_stats=False, seed=spec.seed, enforce_eager=spec.enforce_eager)
-    if not spec.enforce_eager and spec.cudagraph_capture_sizes:
+    kwargs = dict(model=spec.target, skip_tokenizer_init=True, enable_prefix_caching=True,
+                  speculative_config=spec_cfg, disable_log_stats=False, seed=spec.seed)
+    kwargs.update({name: getattr(spec, name) for name in SPEC_SETTINGS
+                   if getattr(spec, name) is not None})
+    if spec.enforce_eager is False and spec.cudagraph_capture_sizes:
         kwargs["compilation_config"] = {
             "cudagraph_capture_sizes": list(spec.cudagraph_capture_sizes)}
     if device == "cuda":  # each step's output then says how it ran (graph mode, padding)
         kwargs["cudagraph_metrics"] = True
-    if spec.async_scheduling is not None:
-        kwargs["async_scheduling"] = spec.async_scheduling
     kwargs.update(spec.extra)
+    user = dict(spec.user_engine_args)
+    if "speculative_config" in user:  # the user's speculative settings, over ours
+        kwargs["speculative_config"] = {**spec_cfg, **user.pop("speculative_config")}
+    kwargs.update(user)
     return kwargs
 
 
@@ -184,6 +191,44 @@ def kv_cache_groups(llm) -> list[dict]:
 
 def kv_num_blocks(llm) -> int:
     return int(worker(llm).model_runner.kv_cache_config.num_blocks)
+
+
+def rank_kv_num_blocks(llm) -> list[int]:
+    """Blocks each rank allocated, by rank. A single-rank engine has one; under tensor
+    parallel every rank reports its own (gathered by the distributed seam)."""
+    from .ranks import gather_from_ranks
+    return gather_from_ranks(kv_num_blocks(llm))
+
+
+def kv_bytes_per_token(llm):
+    """KV bytes one token takes on a rank: the worker's KV tensors over its token slots."""
+    from ..wire.identity import IdentityField
+    config = worker(llm).model_runner.kv_cache_config
+    tensors = getattr(config, "kv_cache_tensors", None)
+    if not tensors:
+        return IdentityField.unknown("the worker's kv_cache_config lists no kv_cache_tensors")
+    block = int(config.kv_cache_groups[0].kv_cache_spec.block_size)
+    total = sum(int(t.size) for t in tensors)
+    return IdentityField.of(total // (int(config.num_blocks) * block),
+                            "sum(kv_cache_config.kv_cache_tensors.size) / "
+                            "(kv_cache_config.num_blocks * block_size)")
+
+
+def communication(llm):
+    """The collective backend between the engine's ranks, and its version."""
+    from ..wire.identity import IdentityField
+    parallel = vllm_config(llm).parallel_config
+    if parallel.world_size <= 1:
+        return IdentityField.unknown("a single rank: no collective communication")
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        return IdentityField.unknown("torch.distributed is not initialised in this process")
+    backend = str(dist.get_backend())
+    if backend == "nccl":
+        import torch
+        version = ".".join(str(x) for x in torch.cuda.nccl.version())
+        return IdentityField.of(f"nccl {version}", "torch.cuda.nccl.version()")
+    return IdentityField.of(backend, "torch.distributed.get_backend()")
 
 
 def attention_backends(llm) -> list[str]:

@@ -7,9 +7,11 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from ..contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
+from ..host import EngineRegistration
+from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
+from ..wire.identity import ExecutionIdentity, KVCapacity
 from . import compat
-from .facts import ExecutionIdentity, KVCapacity, resolve_identity, resolve_kv_capacity
+from .facts import resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
 
 PROBE_PROMPT_TOKENS, PROBE_MAX_TOKENS = 48, 16
@@ -24,6 +26,7 @@ class ServingProbe:
     tokens: tuple[int, ...]
     scheduler_attrs: frozenset
     worker_attrs: frozenset
+    dispatcher_attrs: frozenset     # the V2 runner's cudagraph_manager (empty without one)
     synthetic_rates: tuple[float, ...] | None
 
 
@@ -38,11 +41,30 @@ class SdbenchEngine:
     start_seconds: float
     baseline: "ServingProbe | None" = None
     closed: bool = False
+    registration: EngineRegistration | None = field(default=None, repr=False)
     prompt_rng: random.Random = field(default_factory=random.Random, repr=False)
 
     @property
     def block_size(self) -> int:
         return self.kv_capacity.block_size
+
+    def _setting(self, name: str) -> int:
+        field = getattr(self.identity.settings, name)
+        if not field.resolved:
+            raise RuntimeError(f"engine setting {name} is unresolved: {field.reason}")
+        return int(field.value)
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self._setting("max_num_seqs")
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self._setting("max_num_batched_tokens")
+
+    @property
+    def max_model_len(self) -> int:
+        return self._setting("max_model_len")
 
     @property
     def vocab_size(self) -> int:
@@ -70,16 +92,29 @@ class SdbenchEngine:
         prompt = [(7 * i) % span + FIRST_PROMPT_TOKEN for i in range(PROBE_PROMPT_TOKENS)]
         params = SamplingParams(max_tokens=PROBE_MAX_TOKENS, **GENERATION_SAMPLING)
         (output,) = self.generate([prompt], params)
+        dispatcher = compat.graph_dispatcher(self.llm)
         return ServingProbe(tokens=tuple(output.outputs[0].token_ids),
                             scheduler_attrs=frozenset(vars(compat.scheduler(self.llm))),
                             worker_attrs=frozenset(vars(compat.worker(self.llm))),
+                            dispatcher_attrs=frozenset(vars(dispatcher)) if dispatcher
+                            is not None else frozenset(),
                             synthetic_rates=compat.synthetic_rates(self.llm))
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """The CUDA devices this process's engine runs on (none on CPU)."""
+        if self.device != "cuda":
+            return ()
+        import torch
+        return (torch.cuda.current_device(),)
 
     def shutdown(self) -> None:
         """Stop the engine core and free its memory; idempotent."""
         if self.closed:
             return
         self.closed = True
+        if self.registration is not None:
+            self.registration.close()
         try:
             self.llm.llm_engine.engine_core.shutdown()
         finally:
@@ -99,7 +134,8 @@ def start_engine(spec: EngineSpec) -> SdbenchEngine:
     llm = LLM(**kwargs)
     seconds = time.perf_counter() - started
     engine = SdbenchEngine(spec=spec, llm=llm, device=device, prompt_rng=random.Random(spec.seed),
-                           identity=resolve_identity(llm, spec.acceptance_control),
+                           identity=resolve_identity(llm, spec),
                            kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)
+    engine.registration = EngineRegistration()
     engine.baseline = engine.probe()
     return engine

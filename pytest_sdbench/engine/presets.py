@@ -32,8 +32,9 @@ class Preset:
     vocab_size: int
     aux_layer_ids: tuple[int, int, int]
     max_position_embeddings: int = 40960
-    # Engine limits sized for the preset: the KV cache and batch budget of a real-width
-    # model are kept small so that its oracle fits a 3.6 GiB VRAM mark.
+    # The oracle's engine limits for the preset (dropped with vllm_defaults): the KV cache
+    # and batch budget of a real-width model are kept small so that its oracle fits a
+    # 3.6 GiB VRAM mark.
     engine_limits: tuple[tuple[str, int], ...] = ()
 
     def common(self) -> dict:
@@ -67,7 +68,9 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny", "4-layer Qwen3 (hidden 256) + 1-layer EAGLE3 draft; sized for CPU",
                hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=4096,
-               aux_layer_ids=(1, 2, 3), max_position_embeddings=4096),
+               aux_layer_ids=(1, 2, 3), max_position_embeddings=4096,
+               engine_limits=(("kv_cache_memory_bytes", 1 << 30), ("max_num_seqs", 16),
+                              ("max_num_batched_tokens", 4096), ("max_model_len", 4096))),
         Preset("qwen3-0.6b", "Qwen3-0.6B's public architecture + matching 1-layer EAGLE3 head",
                hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,

@@ -1,30 +1,41 @@
-"""What engine to start: the user's choices, validated, before vLLM is imported."""
+"""What engine to start: the user's choices, validated, before vLLM is imported.
+
+A field left None is not passed to vLLM, so vLLM's own default for the device applies.
+The oracle presets set small limits of their own (presets.Preset.engine_limits) so that
+the oracle fits a small VRAM mark; `vllm_defaults` drops them. The user's engine arguments
+(`user_engine_args`) are applied last, over everything."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC, DEFAULT_DRAFT_DEPTH
+from ..wire.contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC, DEFAULT_DRAFT_DEPTH
 
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """Target + EAGLE3 draft and the engine limits the collection relies on."""
+    """Target + EAGLE3 draft and the engine settings asked for (None: vLLM's default)."""
     target: str
     draft: str
     preset: str | None = None           # the preset these paths were built from, if any
+    oracle_limits: bool = False         # the preset's small oracle limits are applied
     draft_depth: int = DEFAULT_DRAFT_DEPTH
-    max_model_len: int = 4096
-    max_num_seqs: int = 16
-    max_num_batched_tokens: int = 4096
-    kv_cache_memory_bytes: int = 1 << 30
-    block_size: int | None = None       # KV block; None: the device's (compat.BLOCK_SIZE)
-    enforce_eager: bool = True          # CPU never captures graphs; CUDA may opt in
+    load_format: str | None = None      # "dummy" for presets (no weights on disk)
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    block_size: int | None = None
+    enforce_eager: bool | None = None
     cudagraph_capture_sizes: tuple[int, ...] = ()
     synthetic_acceptance_length: float | None = None  # CUDA only: vLLM's synthetic sampler
-    async_scheduling: bool | None = None  # None: vLLM's own default for the platform
+    async_scheduling: bool | None = None
     seed: int = 0
-    extra: dict = field(default_factory=dict, hash=False)
+    target_revision: str | None = None  # given by the user (recorded with source 'user')
+    draft_revision: str | None = None
+    extra: dict = field(default_factory=dict, hash=False)  # further LLM(...) arguments
+    # The vLLM engine arguments the user gave, by vLLM's name; applied last, over the above.
+    user_engine_args: dict = field(default_factory=dict, hash=False)
 
     @property
     def acceptance_control(self) -> str:

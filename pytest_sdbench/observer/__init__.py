@@ -1,7 +1,6 @@
 """Stamps native iteration IDs, freezes snapshots, receives timing samples, joins them."""
 
-from .observer import STAMP_ATTR, IterationRecord, NativeObserver, TimingMissing, Window
-from .records import (
+from ..wire.records import (
            Provenance,
            QueueSnapshot,
            RejectionCorrection,
@@ -9,6 +8,7 @@ from .records import (
            Snapshot,
            TimingSample,
 )
+from .observer import STAMP_ATTR, IterationRecord, NativeObserver, TimingMissing, Window
 from .timing import CudaEventTimer, HostTimer, timer_for
 
 __all__ = ["STAMP_ATTR", "CudaEventTimer", "HostTimer", "IterationRecord", "NativeObserver",

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..engine import compat
-from .records import QueueSnapshot, RejectionCorrection, RequestSnapshot, Snapshot, TimingSample
+from ..wire.records import (
+    QueueSnapshot,
+    RejectionCorrection,
+    RequestSnapshot,
+    Snapshot,
+    TimingSample,
+)
 
 STAMP_ATTR = "_sdbench_iteration_id"
 _ABSENT = object()  # the instance held no attribute of that name before attach()

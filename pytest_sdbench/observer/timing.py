@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from ..contract import SCOPE_MODEL_STEP, SOURCE_CUDA_EVENT, SOURCE_HOST_TIMER
-from .records import TimingSample
+from ..wire.contract import SCOPE_MODEL_STEP, SOURCE_CUDA_EVENT, SOURCE_HOST_TIMER
+from ..wire.records import TimingSample
 
 
 class HostTimer:

@@ -1,15 +1,15 @@
-"""The sweep: typed points, default grids, strict manifest parsing, the grid digest."""
+"""The sweep: the default grids derived from an engine, and grid manifests read from files.
+The point types and their rules live in the wire format (wire.points)."""
 
-from .grid import (
-                   DecodePoint,
-                   Grid,
-                   GridError,
-                   PrefillPoint,
-                   default_grid,
-                   grid_digest,
-                   load_grid,
-                   parse_grid,
+from ..wire.points import (
+    DecodePoint,
+    Grid,
+    GridError,
+    PrefillPoint,
+    grid_digest,
+    parse_grid,
 )
+from .defaults import EngineLimits, default_grid, derived_grid, load_grid
 
-__all__ = ["DecodePoint", "Grid", "GridError", "PrefillPoint", "default_grid", "grid_digest",
-           "load_grid", "parse_grid"]
+__all__ = ["DecodePoint", "EngineLimits", "Grid", "GridError", "PrefillPoint", "default_grid",
+           "derived_grid", "grid_digest", "load_grid", "parse_grid"]

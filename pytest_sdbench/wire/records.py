@@ -1,11 +1,22 @@
-"""What the observer records: a snapshot frozen at schedule() time, a timing sample for the
-same native iteration ID, and their join. These types are also the artifact's."""
+"""The records of one iteration: a snapshot frozen at schedule() time, a timing sample for
+the same native iteration ID, and the provenance of that sample. The observer produces
+them; the artifact serialises them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import PHASE_DECODE, PHASE_IDLE, PHASE_MIXED, PHASE_PREFILL
+from .contract import (
+    PHASE_DECODE,
+    PHASE_IDLE,
+    PHASE_MIXED,
+    PHASE_PREFILL,
+    Booking,
+    Device,
+    SnapshotPhase,
+    TimingScope,
+    TimingSource,
+)
 
 
 @dataclass(frozen=True)
@@ -44,15 +55,15 @@ class RejectionCorrection:
 class Snapshot:
     """The workload of one iteration, frozen when the scheduler emitted it."""
     native_iteration_id: int
-    phase: str
-    booking: str
+    phase: SnapshotPhase
+    booking: Booking
     requests: tuple[RequestSnapshot, ...]
     queue: QueueSnapshot
     total_scheduled_tokens: int
     corrections: tuple[RejectionCorrection, ...] = ()
 
     @staticmethod
-    def phase_of(requests) -> str:
+    def phase_of(requests) -> SnapshotPhase:
         kinds = {PHASE_PREFILL if r.in_prefill else PHASE_DECODE for r in requests}
         if not kinds:
             return PHASE_IDLE
@@ -64,13 +75,16 @@ class TimingSample:
     """The engine's own time for one iteration, labelled with where it came from."""
     native_iteration_id: int
     seconds: float
-    scope: str
-    source: str
+    scope: TimingScope
+    source: TimingSource
+    # Tensor parallel: each rank's own time of this step, by rank; `seconds` follows the
+    # artifact's step_time_rule over them. One entry on a single-rank engine.
+    rank_seconds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class Provenance:
     """Which timer, on which device, produced a sample."""
-    device: str
+    device: Device
     device_name: str
     timer: str

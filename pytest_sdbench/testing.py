@@ -1,7 +1,19 @@
-"""Exactness checks shared by the oracle tests: each returns a list of violations."""
+"""Checks for tests, the package's and downstream repositories': each returns a list of
+violations (empty: fine).
 
-from pytest_sdbench.collector import decode_mismatch, prefill_mismatch
-from pytest_sdbench.contract import BOOKING_MEASURED, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
+    from pytest_sdbench.testing import observation_violations, restoration_violations
+
+- observation_violations(artifact): every retained observation is an exact native join of
+  the point's shape;
+- restoration_violations(engine): after a benchmark the engine holds the attributes it held
+  right after start-up (scheduler, worker and the CUDA-graph dispatcher) and serves an
+  ordinary request as it did then. Every collection runs it after the observer's detach.
+"""
+
+from __future__ import annotations
+
+from .wire.contract import BOOKING_MEASURED, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
+from .wire.shape import decode_mismatch, prefill_mismatch
 
 
 def observation_violations(artifact) -> list[str]:
@@ -41,6 +53,9 @@ def restoration_violations(engine) -> list[str]:
     if after.worker_attrs != engine.baseline.worker_attrs:
         problems.append(f"worker attributes differ: "
                         f"{sorted(after.worker_attrs ^ engine.baseline.worker_attrs)}")
+    if after.dispatcher_attrs != engine.baseline.dispatcher_attrs:
+        problems.append(f"CUDA-graph dispatcher attributes differ: "
+                        f"{sorted(after.dispatcher_attrs ^ engine.baseline.dispatcher_attrs)}")
     if after.synthetic_rates != engine.baseline.synthetic_rates:
         problems.append(f"synthetic acceptance rates changed: {after.synthetic_rates} vs "
                         f"{engine.baseline.synthetic_rates}")

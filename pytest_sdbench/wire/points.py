@@ -10,12 +10,9 @@ Errors name the exact field, e.g. ``decode[3].batch_size: must be >= 1, got 0``.
 
 from __future__ import annotations
 
-import itertools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
-from .. import typed
+from . import typed
 
 
 class GridError(ValueError):
@@ -92,35 +89,6 @@ def parse_grid(data) -> Grid:
     return grid
 
 
-def load_grid(path: str | Path) -> Grid:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise GridError(f"grid manifest {path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise GridError(f"grid manifest {path}: not JSON ({exc})") from None
-    return parse_grid(data)
-
-
 def grid_digest(grid: Grid) -> str:
     """sha256 of the canonical grid JSON: the identity of what was asked for."""
     return typed.digest(grid)
-
-
-def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),
-                 large: bool = False, max_batched_tokens: int | None = None) -> Grid:
-    """The built-in sweep. Cached prefixes are whole KV blocks (two), so that a real prefix
-    is a cache hit of exactly that many tokens. Points whose batch would not fit the
-    engine's token budget in one step are left out."""
-    if large:  # a real-width model on a GPU
-        batches, news, contexts = (1, 4, 8), (128, 256), (256, 1024)
-    else:      # the tiny preset on a CPU
-        batches, news, contexts = (1, 4), (64, 256), (128, 512)
-    budget = max_batched_tokens or 1 << 62
-    prefixes = (0, 2 * block_size)
-    prefill = tuple(PrefillPoint(b, n, p) for b, n, p in itertools.product(batches, news, prefixes)
-                    if b * n <= budget)
-    decode = tuple(DecodePoint(b, c, draft_depth, al)
-                   for al, b, c in itertools.product(acceptance_lengths, batches, contexts)
-                   if b * c <= budget)
-    return parse_grid(typed.encode(Grid(prefill, decode)))

@@ -1,0 +1,167 @@
+"""One option table for the pytest plugin and the ``sdbench`` command, as pytest-benchmark
+shares its ``add_*_options(addoption, prefix)``: each option is written once, with its
+default and help, and spelled ``--sdbench-NAME`` in pytest and ``--NAME`` in the CLI.
+
+Values are parsed here (types that raise argparse.ArgumentTypeError name the option as the
+user spelled it); checks that need more than one option live in session.engine_spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .engine.presets import AUTO_PRESET, PRESETS
+from .wire.contract import DEFAULT_DRAFT_DEPTH, DEFAULT_REPEATS, MODE_AGG, MODES
+
+PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
+
+
+def draft_depths(text: str) -> tuple[int, ...]:
+    """K as '3', a range '1-5' or a list '1,3,5'."""
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-", 1))
+            depths = tuple(range(low, high + 1))
+        else:
+            depths = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected K, LOW-HIGH or K1,K2,..., got {text!r}") from None
+    if not depths or any(k < 1 for k in depths) or len(set(depths)) != len(depths):
+        raise argparse.ArgumentTypeError(
+            f"draft depths must be distinct integers >= 1, got {text!r}")
+    return depths
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def engine_arg(text: str) -> tuple[str, Any]:
+    """KEY=VALUE, with vLLM's name for KEY; VALUE is read as JSON when it parses
+    (numbers, true/false, objects), else kept as a string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with a vLLM engine argument "
+                                         f"name, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
+def engine_config(text: str) -> dict[str, Any]:
+    """An engine-config file (YAML or JSON, like vLLM's --config): a mapping of vLLM engine
+    argument names to values."""
+    path = Path(text)
+    try:
+        raw = path.read_text()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: cannot be read ({exc.strerror})") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+            data = yaml.safe_load(raw)
+        else:
+            data = json.loads(raw)
+    except Exception as exc:  # noqa: BLE001 (any parse error is the file's fault)
+        raise argparse.ArgumentTypeError(f"{text}: not valid YAML/JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise argparse.ArgumentTypeError(f"{text}: expected a mapping of engine argument "
+                                         "names to values")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str                     # spelled --sdbench-NAME (pytest) and --NAME (CLI)
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    action: str | None = None
+    metavar: str | None = None
+    commands: tuple[str, ...] = ("collect",)   # the CLI subcommands that take it
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    def kwargs(self) -> dict:
+        out: dict[str, Any] = {"help": self.help, "default": self.default}
+        for key in ("type", "choices", "action", "metavar"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return {**out, **self.extra}
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("mode", "phases to collect: prefill, decode, or agg (both, never mixed in one "
+           "batch); default agg", default=MODE_AGG, choices=MODES),
+    Option("preset", "built-in model preset with dummy weights (default auto: tiny on CPU, "
+           "qwen3-0.6b on CUDA)", default=AUTO_PRESET, choices=(AUTO_PRESET, *sorted(PRESETS))),
+    Option("model", "target checkpoint directory (instead of a preset)", metavar="DIR"),
+    Option("draft", "EAGLE3 draft checkpoint directory (with the target)", metavar="DIR"),
+    Option("k", f"draft depth K, or a sweep 'LOW-HIGH' / 'K1,K2' (one engine per K); "
+           f"default {DEFAULT_DRAFT_DEPTH}", default=(DEFAULT_DRAFT_DEPTH,), type=draft_depths,
+           metavar="K"),
+    Option("grid", "grid manifest (JSON) instead of the default grid", metavar="JSON"),
+    Option("repeats", f"measure each point N times, each an observation of its own "
+           f"(default {DEFAULT_REPEATS})", default=DEFAULT_REPEATS, type=positive_int,
+           metavar="N"),
+    Option("engine-arg", "a vLLM engine argument KEY=VALUE, spelled as vLLM spells it "
+           "(repeatable; JSON values)", default=[], type=engine_arg, action="append",
+           metavar="KEY=VALUE"),
+    Option("engine-config", "a YAML or JSON file of vLLM engine arguments (like vLLM's "
+           "--config); --engine-arg wins over it", type=engine_config, metavar="FILE"),
+    Option("target-revision", "the target checkpoint's revision (40-hex commit), recorded "
+           "with source 'user'", metavar="REV"),
+    Option("draft-revision", "the draft checkpoint's revision (40-hex commit), recorded "
+           "with source 'user'", metavar="REV"),
+    Option("vllm-defaults", "run a preset as vLLM serves it: drop the preset's oracle limits "
+           "(KV size, batch and length caps, eager); vLLM's defaults on the device apply",
+           default=False, action="store_true"),
+    Option("cuda-graphs", "oracle presets on CUDA: run with CUDA graphs (default eager); "
+           "engines outside the presets' test limits follow vLLM's own default",
+           default=False, action="store_true"),
+    Option("acceptance-length", "CUDA: synthetic acceptance length for decode points",
+           type=float, metavar="AL"),
+)
+
+
+def add_pytest_options(group) -> None:
+    for option in OPTIONS:
+        group.addoption(PYTEST_PREFIX + option.name, dest=f"sdbench_{option.dest}",
+                        **option.kwargs())
+
+
+def add_cli_options(parser: argparse.ArgumentParser, command: str) -> None:
+    for option in OPTIONS:
+        if command in option.commands:
+            parser.add_argument(CLI_PREFIX + option.name, dest=option.dest, **option.kwargs())
+
+
+def spelled(name: str, cli: bool) -> str:
+    """How the user spells an option in pytest or in the CLI (for error messages)."""
+    return (CLI_PREFIX if cli else PYTEST_PREFIX) + name
+
+
+def user_engine_args(values: dict) -> dict[str, Any]:
+    """The engine arguments from the config file, then --engine-arg over them."""
+    args = dict(values.get("engine_config") or {})
+    args.update(dict(values.get("engine_arg") or []))
+    return args

@@ -1,0 +1,116 @@
+"""The built-in sweeps and grid manifests read from files."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..wire import typed
+from ..wire.points import DecodePoint, Grid, GridError, PrefillPoint, parse_grid
+
+
+def load_grid(path: str | Path) -> Grid:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise GridError(f"grid manifest {path}: no such file") from None
+    except IsADirectoryError:
+        raise GridError(f"grid manifest {path}: is a directory, not a JSON file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GridError(f"grid manifest {path}: cannot be read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise GridError(f"grid manifest {path}: not JSON ({exc})") from None
+    return parse_grid(data)
+
+
+def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),
+                 large: bool = False, max_batched_tokens: int | None = None) -> Grid:
+    """The built-in sweep. Cached prefixes are whole KV blocks (two), so that a real prefix
+    is a cache hit of exactly that many tokens. Points whose batch would not fit the
+    engine's token budget in one step are left out."""
+    if large:  # a real-width model on a GPU
+        batches, news, contexts = (1, 4, 8), (128, 256), (256, 1024)
+    else:      # the tiny preset on a CPU
+        batches, news, contexts = (1, 4), (64, 256), (128, 512)
+    budget = max_batched_tokens or 1 << 62
+    prefixes = (0, 2 * block_size)
+    prefill = tuple(PrefillPoint(b, n, p) for b, n, p in itertools.product(batches, news, prefixes)
+                    if b * n <= budget)
+    decode = tuple(DecodePoint(b, c, draft_depth, al)
+                   for al, b, c in itertools.product(acceptance_lengths, batches, contexts)
+                   if b * c <= budget)
+    return parse_grid(typed.encode(Grid(prefill, decode)))
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What a started engine allows, as the derived grid needs it."""
+    draft_depth: int
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    kv_tokens: int
+    capture_sizes: tuple[int, ...]   # CUDA graph capture sizes in tokens (empty: eager)
+    synthetic: bool                  # synthetic acceptance (CUDA): an AL per decode point
+
+
+def _log_spaced(low: int, high: int, factor: int) -> list[int]:
+    out, value = [], low
+    while value <= high:
+        out.append(value)
+        value *= factor
+    return out
+
+
+def derived_batches(limits: EngineLimits) -> list[int]:
+    """Decode batches: the captured batch sizes (a uniform decode step of B requests is
+    B*(1+K) tokens) on a log scale, each with C+1 beside it (the first size past a graph),
+    up to max_num_seqs; powers of two when the engine captures nothing."""
+    per_request = limits.draft_depth + 1
+    captured = sorted({s // per_request for s in limits.capture_sizes
+                       if s % per_request == 0 and 0 < s // per_request <= limits.max_num_seqs})
+    if not captured:
+        captured = _log_spaced(1, limits.max_num_seqs, 2)
+    chosen = {b for b in captured if b & (b - 1) == 0} | {captured[-1]}
+    batches = chosen | {b + 1 for b in chosen if b + 1 <= limits.max_num_seqs}
+    return sorted(batches)
+
+
+def derived_grid(limits: EngineLimits, acceptance_length: float | None = None) -> Grid:
+    """The grid derived from the engine as it serves:
+    - decode: derived_batches x contexts 256, 1k, 4k, 16k, ... up to max_model_len (less
+      room for the run's output), where the batch's KV fits the capacity; on CUDA with
+      synthetic acceptance, the engine's AL everywhere plus AL 1 and K+1 at 1k context;
+    - prefill: batches 1, 4, 16 x new tokens 64, 256, 1k, ... up to the step budget, with a
+      cached prefix of 0 and of one share of the context (the new tokens' length, in whole
+      blocks)."""
+    k, block = limits.draft_depth, limits.block_size
+    room = 1 + 2 * (k + 1) + k + block
+    contexts = [c for c in _log_spaced(256, limits.max_model_len, 4)
+                if c + room <= limits.max_model_len]
+    als: tuple[float | None, ...] = (acceptance_length,)
+    decode = []
+    for b in derived_batches(limits):
+        for c in contexts:
+            if b * (c + room) > limits.kv_tokens or b * min(c, 3 * block) > \
+                    limits.max_num_batched_tokens:
+                continue
+            sweep = (1.0, acceptance_length, float(k + 1)) if limits.synthetic and c == 1024 \
+                else als
+            for al in dict.fromkeys(sweep):
+                decode.append(DecodePoint(b, c, k, al))
+    prefill = []
+    for b in (1, 4, 16):
+        if b > limits.max_num_seqs:
+            continue
+        for n in _log_spaced(64, limits.max_num_batched_tokens // b, 4):
+            for prefix in dict.fromkeys((0, (n // block) * block)):
+                fits = (prefix + n + 1 <= limits.max_model_len and
+                        b * (prefix + n + block) <= limits.kv_tokens and
+                        (prefix == 0 or n > block))
+                if fits:
+                    prefill.append(PrefillPoint(b, n, prefix))
+    return parse_grid(typed.encode(Grid(tuple(prefill), tuple(decode))))

@@ -1,0 +1,147 @@
+"""One home for the facts that several modules share: names of modes, phases, policies,
+timing sources and scopes, units, statuses, and the bounds the validator applies.
+Everything else imports them from here.
+
+Each closed set of names is a ``Literal`` type (so that schema.json carries its values)
+and a tuple of its values read from that type, plus one constant per name.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+PACKAGE_NAME = "pytest-sdbench"
+ARTIFACT_KIND = "pytest-sdbench/spec-decode-profile"
+# Version 4 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative) and
+# 3 (one observation per point, no engine settings) are legacy formats that
+# artifact.legacy still reads.
+SCHEMA_VERSION = 4
+LEGACY_SCHEMA_VERSIONS = {1: "v1-autoregressive", 2: "v2-phase-specific-speculative",
+                          3: "v3-single-sample"}
+
+# Modes and phases.
+Mode = Literal["prefill", "decode", "agg"]
+MODE_PREFILL, MODE_DECODE, MODE_AGG = get_args(Mode)
+MODES: tuple[str, ...] = get_args(Mode)
+Phase = Literal["prefill", "decode"]
+PHASE_PREFILL, PHASE_DECODE = get_args(Phase)
+PHASES: tuple[str, ...] = get_args(Phase)
+SnapshotPhase = Literal["prefill", "decode", "mixed", "idle"]
+PHASE_MIXED, PHASE_IDLE = "mixed", "idle"
+PHASES_BY_MODE = {MODE_PREFILL: (PHASE_PREFILL,), MODE_DECODE: (PHASE_DECODE,),
+                  MODE_AGG: (PHASE_PREFILL, PHASE_DECODE)}
+
+# Measurement policies: prefill keeps exactly one step whose shape equals the point; decode
+# keeps the steady step (the second step of the point, once every request is running).
+Policy = Literal["single_step", "steady_step"]
+POLICY_SINGLE_STEP, POLICY_STEADY_STEP = get_args(Policy)
+POLICY_BY_PHASE = {PHASE_PREFILL: POLICY_SINGLE_STEP, PHASE_DECODE: POLICY_STEADY_STEP}
+STEADY_STEP_INDEX = 2  # 1-based step of a decode point that is retained
+
+# Warm-up: unbooked passes of the exact coordinate until its step time is stable: the last
+# pass within WARMUP_TOLERANCE of the one before, after at least WARMUP_MIN_PASSES passes
+# and at most WARMUP_MAX_PASSES (then the point is measured and says it did not settle).
+WarmupRule = Literal["until_stable", "single_pass"]   # single_pass: legacy (v1-v3) only
+WARMUP_UNTIL_STABLE, WARMUP_SINGLE_PASS = get_args(WarmupRule)
+WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE = 2, 8, 0.05
+DEFAULT_REPEATS = 1
+
+# Booking of an iteration: warm-up runs are never retained.
+Booking = Literal["measured", "warmup", "unbooked"]
+BOOKING_MEASURED, BOOKING_WARMUP, BOOKING_UNBOOKED = get_args(Booking)
+BOOKINGS: tuple[str, ...] = get_args(Booking)
+
+# Timing samples.
+TimeUnit = Literal["s"]
+TIME_UNIT: str = get_args(TimeUnit)[0]
+Device = Literal["cpu", "cuda"]
+DEVICE_CPU, DEVICE_CUDA = get_args(Device)
+DEVICES: tuple[str, ...] = get_args(Device)
+TimingSource = Literal["host_perf_counter", "cuda_event"]
+SOURCE_HOST_TIMER, SOURCE_CUDA_EVENT = get_args(TimingSource)  # CPU: perf_counter_ns; CUDA
+TIMING_SOURCES: tuple[str, ...] = get_args(TimingSource)
+SOURCE_FOR_DEVICE = {DEVICE_CPU: SOURCE_HOST_TIMER, DEVICE_CUDA: SOURCE_CUDA_EVENT}
+TIMER_FOR_SOURCE = {SOURCE_HOST_TIMER: "time.perf_counter_ns",
+                    SOURCE_CUDA_EVENT: "torch.cuda.Event(enable_timing=True)"}
+# From the start of the worker's execute_model to the end of sample_tokens: target forward,
+# sampling, rejection and the EAGLE3 draft proposal of one iteration.
+TimingScope = Literal["worker_model_step"]
+SCOPE_MODEL_STEP: str = get_args(TimingScope)[0]
+TIMING_SCOPES: tuple[str, ...] = get_args(TimingScope)
+
+# The time of one step of a tensor-parallel engine: every rank times its own step; the
+# point's time is the slowest rank's (the step is done when every rank is).
+StepTimeRule = Literal["single_rank", "slowest_rank"]
+STEP_TIME_SINGLE_RANK, STEP_TIME_SLOWEST_RANK = get_args(StepTimeRule)
+
+# Bounds no real step crosses (a forged or corrupted time does): a step's time lies in
+# [STEP_SECONDS_MIN, STEP_SECONDS_MAX[device]], and per scheduled token it is at most
+# STEP_SECONDS_PER_TOKEN_MAX[device]. The slowest real steps seen: about 62 ms (H200,
+# 8k-token prefill) and 0.5 s (2-core CPU, tiny preset); the bounds leave 100x room.
+STEP_SECONDS_MIN = 1e-6
+STEP_SECONDS_MAX = {DEVICE_CPU: 60.0, DEVICE_CUDA: 10.0}
+STEP_SECONDS_PER_TOKEN_MAX = {DEVICE_CPU: 0.25, DEVICE_CUDA: 0.02}
+
+# KV seed regime of a prefill point's cached prefix.
+KVSeedRegime = Literal["none", "real_prefix", "synthetic_prefix"]
+KV_SEED_NONE, KV_SEED_REAL, KV_SEED_SYNTHETIC = get_args(KVSeedRegime)
+KV_SEED_REGIMES: tuple[str, ...] = get_args(KVSeedRegime)
+KV_SEED_UNVERIFIED = "unverified"   # legacy (v1, v2) only: a prefix nobody verified
+
+# Execution of a step as the engine reports it; CPU engines never capture graphs.
+GraphMode = Literal["eager", "piecewise", "full"]
+GRAPH_EAGER, GRAPH_PIECEWISE, GRAPH_FULL = get_args(GraphMode)
+GRAPH_MODES: tuple[str, ...] = get_args(GraphMode)
+GRAPH_MODES_BY_DEVICE = {DEVICE_CPU: (GRAPH_EAGER,), DEVICE_CUDA: GRAPH_MODES}
+
+# Attention backends known to belong to one device (vLLM's backend names); a backend of
+# the other device betrays a relabelled artifact. Unknown names are not judged.
+ATTENTION_BACKENDS_BY_DEVICE = {
+    DEVICE_CPU: ("CPU_ATTN", "TORCH_SDPA", "CPU_FLASH_ATTN"),
+    DEVICE_CUDA: ("FLASH_ATTN", "FLASH_ATTN_MLA", "FLASHINFER", "FLASHINFER_MLA",
+                  "TRITON_ATTN", "TRITON_MLA", "FLEX_ATTENTION", "CUTLASS_MLA", "FLASHMLA",
+                  "TREE_ATTN", "XFORMERS"),
+}
+# CUDA device names (torch.cuda.get_device_name) of NVIDIA GPUs begin so; CPU names never do.
+CUDA_DEVICE_NAME_PREFIX = "NVIDIA"
+
+# Acceptance control of decode points.
+AcceptanceControl = Literal["natural", "synthetic"]
+ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC = get_args(AcceptanceControl)  # synthetic: CUDA only
+ACCEPTANCE_CONTROLS: tuple[str, ...] = get_args(AcceptanceControl)
+DEVICES_WITH_SYNTHETIC_ACCEPTANCE = (DEVICE_CUDA,)
+
+# Artifact status.
+Status = Literal["complete", "partial", "failed"]
+STATUS_COMPLETE, STATUS_PARTIAL, STATUS_FAILED = get_args(Status)
+STATUSES: tuple[str, ...] = get_args(Status)
+
+# Every request the package sends (seeds, warm-ups, measured runs, the serving probe) uses
+# these generation sampling parameters; only max_tokens varies.
+GENERATION_SAMPLING = {"temperature": 0.0, "ignore_eos": True, "detokenize": False}
+# The first token ids are special (pad, bos, eos) in most vocabularies; prompts avoid them.
+FIRST_PROMPT_TOKEN = 3
+
+SpecMethod = Literal["eagle3"]
+SPEC_METHOD_EAGLE3: str = get_args(SpecMethod)[0]
+SPEC_METHOD_NONE = "none"   # legacy v1 (autoregressive) artifacts only
+DEFAULT_DRAFT_DEPTH = 3
+# The draft depths a consumer (AISimulate) imports; K outside is kept and flagged.
+K_WINDOW = (1, 5)
+
+# Identity fields are resolved (value + source) or unresolved (reason); never guessed.
+IdentityStatus = Literal["resolved", "unresolved"]
+IDENTITY_RESOLVED, IDENTITY_UNRESOLVED = get_args(IdentityStatus)
+# A revision a consumer can pin: a full 40-hex git commit.
+REVISION_PATTERN = r"^[0-9a-f]{40}$"
+SOURCE_USER = "user"   # a fact the user gave on the command line
+
+# Contention: what was running beside the engine while it was measured. Other processes
+# using more than this many CPU cores on average over the collection count as contention,
+# and so does any other sdbench engine on the host or other process on its GPUs.
+CONTENTION_OTHER_CORES = 0.5
+
+# Hostile input caps of the reader (docs/artifact.md states them).
+MAX_ARTIFACT_BYTES = 64 << 20
+MAX_JSON_DEPTH = 32
+MAX_REPORTED_VIOLATIONS = 50
