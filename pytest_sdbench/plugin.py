@@ -33,6 +33,7 @@ SUMMARY_KEY = "sdbench_summary"
 DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
 VRAM_BASELINE = pytest.StashKey[float]()
 VRAM_SAMPLER = pytest.StashKey[object]()
+SWEEP_RUNS = pytest.StashKey[list]()  # the sdbench_collection run of each K
 
 
 def pytest_addhooks(pluginmanager):
@@ -61,6 +62,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "sdbench_cuda: needs a CUDA device")
     config.addinivalue_line("markers", "sdbench_engine: starts a vLLM engine")
     config.stash[SUMMARY] = {section: [] for section in SUMMARY_SECTIONS}
+    config.stash[SWEEP_RUNS] = []
 
 
 # ---- markers ------------------------------------------------------------------------------
@@ -222,9 +224,12 @@ def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
 
 
 @pytest.fixture(scope="session")
-def sdbench_collection(sdbench_collect):
-    """The collection for --sdbench-mode, run once per session (per K in a sweep)."""
-    return sdbench_collect()
+def sdbench_collection(pytestconfig, sdbench_collect):
+    """The collection for --sdbench-mode, run once per session (per K in a sweep; the
+    sweep's index of these artifacts is written at the end of the session)."""
+    run = sdbench_collect()
+    pytestconfig.stash[SWEEP_RUNS].append(run)
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -239,6 +244,11 @@ def sdbench_note(pytestconfig):
 
 def pytest_sessionfinish(session):
     config = session.config
+    runs = config.stash[SWEEP_RUNS]
+    if len(config.getoption("sdbench_k")) > 1 and runs:
+        from .session import write_sweep_index
+        index = write_sweep_index(runs, artifact_dir(config))
+        config.stash[SUMMARY]["artifact"].append(f"K-sweep index {index}")
     if hasattr(config, "workeroutput"):  # an xdist worker hands its lines to the controller
         config.workeroutput[SUMMARY_KEY] = config.stash[SUMMARY]
 

@@ -1,0 +1,86 @@
+"""Production profiles on the real CPU engine: a decode point beyond one step's token
+budget, repeats with their summaries, engine arguments reaching the engine and the
+artifact, and a K sweep of 1-2 (one engine per K, an index naming both)."""
+
+import json
+import statistics
+
+import pytest
+
+from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.contract import STATUS_COMPLETE
+from pytest_sdbench.points import parse_grid
+from pytest_sdbench.testing import observation_violations
+from pytest_sdbench.wire.model import summarize
+
+
+@pytest.mark.sdbench_engine
+def test_decode_point_beyond_one_steps_budget_is_measured_exactly(sdbench_collect,
+                                                                  sdbench_engine):
+    budget = sdbench_engine.max_num_batched_tokens
+    batch, context = 3, budget // 2   # 1.5x the budget: admission alone needs two steps
+    assert batch * context > budget
+    k = sdbench_engine.spec.draft_depth
+    grid = parse_grid({"decode": [{"batch_size": batch, "context_tokens": context,
+                                   "draft_depth": k, "acceptance_length": None}]})
+    run = sdbench_collect("decode", grid)
+    assert run.artifact.status == STATUS_COMPLETE, run.artifact.coverage.skipped_points
+    assert observation_violations(run.artifact) == []
+    (obs,) = run.artifact.decode
+    assert {r.kv_tokens for r in obs.snapshot.requests} == {context}
+    assert len(obs.snapshot.requests) == batch
+
+
+@pytest.mark.sdbench_engine
+def test_repeats_are_observations_of_their_own_with_a_recomputable_summary(sdbench_collect,
+                                                                          sdbench_engine):
+    k = sdbench_engine.spec.draft_depth
+    grid = parse_grid({"prefill": [{"batch_size": 2, "new_tokens": 48,
+                                    "cached_prefix_tokens": 0}],
+                       "decode": [{"batch_size": 2, "context_tokens": 64, "draft_depth": k,
+                                   "acceptance_length": None}]})
+    run = sdbench_collect("agg", grid, repeats=3)
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE and a.measurement_policy.repeats == 3
+    assert observation_violations(a) == []
+    for phase in ("prefill", "decode"):
+        observations = getattr(a, phase)
+        assert [o.repeat for o in observations] == [0, 1, 2]
+        assert len({o.native_iteration_id for o in observations}) == 3
+        (summary,) = [s for s in a.summaries if s.phase == phase]
+        seconds = [o.timing.seconds for o in observations]
+        assert summary == summarize(phase, 0, seconds)
+        assert summary.median_seconds == statistics.median(seconds)
+        assert all(o.warmup_passes >= a.measurement_policy.warmup.min_passes
+                   for o in observations)
+    assert validate_path(run.path).ok
+
+
+SWEEP_TEST = """
+def test_engine_of_each_k(sdbench_collection, sdbench_engine, sdbench_k):
+    a = sdbench_collection.artifact
+    assert a.status == "complete"
+    assert a.speculative.draft_depth == sdbench_engine.spec.draft_depth == sdbench_k
+    settings = a.identity.settings
+    assert sdbench_engine.max_num_seqs == 4
+    assert settings.max_num_seqs.value == 4
+    assert settings.user_engine_args == {"max_num_seqs": "4"}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_k_sweep_runs_one_engine_per_k_and_indexes_the_artifacts(pytester):
+    pytester.makepyfile(test_sweep=SWEEP_TEST)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--sdbench-k=1-2", "--sdbench-mode=decode",
+        "--sdbench-engine-arg", "max_num_seqs=4", "--sdbench-artifact-dir=out", timeout=900)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*K-sweep index*"])
+    (index_path,) = (pytester.path / "out").glob("sdbench-sweep-*.json")
+    index = json.loads(index_path.read_text())
+    assert index["draft_depths"] == [1, 2]
+    for entry in index["artifacts"]:
+        report = validate_path(pytester.path / "out" / entry["path"])
+        assert report.ok, report.errors
+        assert report.artifact.speculative.draft_depth == entry["draft_depth"]
