@@ -54,6 +54,7 @@ from ..wire.contract import (
     SPEC_METHOD_NONE,
     STATUS_COMPLETE,
     STEADY_STEP_INDEX,
+    STEP_SECONDS_BASE,
     STEP_SECONDS_MAX,
     STEP_SECONDS_MIN,
     STEP_SECONDS_PER_TOKEN_MAX,
@@ -546,10 +547,11 @@ def _check_timing(a: Artifact, obs, where: str, err: Err) -> None:
             f"{STEP_SECONDS_MAX[device]}] s, the bounds of a real step on {device}")
     else:
         tokens = obs.snapshot.total_scheduled_tokens
-        bound = STEP_SECONDS_PER_TOKEN_MAX[device] * max(tokens, 1)
+        bound = STEP_SECONDS_BASE[device] + STEP_SECONDS_PER_TOKEN_MAX[device] * tokens
         if seconds > bound:
             err(f"{where}.timing.seconds: {seconds} for {tokens} scheduled tokens exceeds "
-                f"{STEP_SECONDS_PER_TOKEN_MAX[device]} s per token on {device} ({bound} s)")
+                f"{STEP_SECONDS_BASE[device]} s + {STEP_SECONDS_PER_TOKEN_MAX[device]} s per "
+                f"token on {device} ({bound:g} s)")
     expected_source = SOURCE_FOR_DEVICE[device]
     if timing.source != expected_source:
         err(f"{where}.timing.source: {timing.source!r} cannot come from a {device!r} run "

@@ -81,6 +81,11 @@ STEP_TIME_SINGLE_RANK, STEP_TIME_SLOWEST_RANK = get_args(StepTimeRule)
 STEP_SECONDS_MIN = 1e-6
 STEP_SECONDS_MAX = {DEVICE_CPU: 60.0, DEVICE_CUDA: 10.0}
 STEP_SECONDS_PER_TOKEN_MAX = {DEVICE_CPU: 0.25, DEVICE_CUDA: 0.02}
+# ... on top of a fixed allowance per step: a step of a few tokens reads every weight once
+# whatever its tokens (the H200 eager decode of a 0.6B model already takes 5 ms a token at
+# 4 tokens; a 70B model's would cross 0.02 s a token). Bound of a step of T scheduled
+# tokens: STEP_SECONDS_BASE[device] + T * STEP_SECONDS_PER_TOKEN_MAX[device].
+STEP_SECONDS_BASE = {DEVICE_CPU: 2.0, DEVICE_CUDA: 0.25}
 # measured_seconds is the sum of the retained step times, to this relative tolerance (the
 # order of a float sum); the collection's wall time fits between started_at and created_at
 # give or take this much (clock steps, rounding of the timestamps).
