@@ -89,10 +89,6 @@ def synthetic(d):
     return d["speculative"]["acceptance_control"] == "synthetic"
 
 
-def natural(d):
-    return not synthetic(d)
-
-
 def graphs(d):
     return any(o["graph_mode"] != "eager" for _, o in observations(d))
 
