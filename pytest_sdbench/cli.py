@@ -14,7 +14,7 @@ import sys
 import time
 
 from .options import add_cli_options, user_engine_args
-from .wire.contract import K_WINDOW, STATUS_COMPLETE
+from .wire.contract import K_WINDOW, MAX_REPORTED_VIOLATIONS, STATUS_COMPLETE
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 
@@ -133,7 +133,11 @@ def cmd_validate(args) -> int:
         try:
             report = validate_path(path, args.k_window)
         except UnusableArtifact as exc:
-            print(f"UNUSABLE {exc}")
+            print(_one_line(f"UNUSABLE {exc}"))
+            worst = max(worst, EXIT_UNUSABLE)
+            continue
+        except (RecursionError, MemoryError, OverflowError) as exc:   # fail closed, one line
+            print(_one_line(f"UNUSABLE {path}: cannot be checked ({type(exc).__name__})"))
             worst = max(worst, EXIT_UNUSABLE)
             continue
         marker = f" (legacy {report.legacy})" if report.legacy else ""
@@ -143,12 +147,19 @@ def cmd_validate(args) -> int:
                   f"{a.coverage.completed}/{a.coverage.expected} points, device {a.device}")
         else:
             print(f"INVALID {path}{marker}: {len(report.errors)} violation(s)")
-            for error in report.errors:
-                print(f"  - {error}")
+            for error in report.errors[:MAX_REPORTED_VIOLATIONS]:
+                print(_one_line(f"  - {error}"))
+            if len(report.errors) > MAX_REPORTED_VIOLATIONS:
+                print(f"  ... and {len(report.errors) - MAX_REPORTED_VIOLATIONS} more")
             worst = max(worst, EXIT_INVALID)
         for flag in report.flags:
-            print(f"  flag: {flag}")
+            print(_one_line(f"  flag: {flag}"))
     return worst
+
+
+def _one_line(text: str) -> str:
+    """One printed line per message, whatever the artifact's strings hold."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _load_valid(path):

@@ -1,14 +1,18 @@
 """Each rule of the fail-closed validator rejects its case and names the field and value.
 The artifacts are mutations of a real CPU artifact (tests/fixtures/cpu-agg-v4.json)."""
 
+import json
 import math
+import re
 
 import pytest
 
 from pytest_sdbench.artifact import validate_data
 from pytest_sdbench.artifact.validate import Report
 
+from . import forge
 from .conftest import FIXTURES
+from .forge import reseal
 
 
 def errors_of(data) -> str:
@@ -69,23 +73,28 @@ def test_cpu_timing_relabelled_as_cuda(cpu_artifact_data):
 
 def test_whole_artifact_relabelled_as_cuda(cpu_artifact_data):
     cpu_artifact_data["device"] = "cuda"
+    cpu_artifact_data["environment"]["other_gpu_processes"] = 0
     for phase in ("prefill", "decode"):
         for obs in cpu_artifact_data[phase]:
             obs["provenance"]["device"] = "cuda"
             obs["provenance"]["timer"] = "torch.cuda.Event(enable_timing=True)"
             obs["timing"]["source"] = "cuda_event"
-    assert "device: 'cuda' differs from identity.device.value 'cpu'" in \
-        errors_of(cpu_artifact_data)
+    assert "device: 'cuda' differs from identity.device 'cpu'" in errors_of(cpu_artifact_data)
     cpu_artifact_data["identity"]["device"]["value"] = "cuda"
     assert "integrity.identity_digest" in errors_of(cpu_artifact_data)
+    reseal(cpu_artifact_data)   # digests are unkeyed: anyone can recompute them
+    assert errors_of(cpu_artifact_data).splitlines() == [
+        "identity.device_name: 'x86_64' on a 'cuda' run; CUDA device names begin 'NVIDIA', "
+        "others never do",
+        "identity.attention_backend: 'CPU_ATTN' is a cpu backend, on a 'cuda' run"]
 
 
 def test_complete_with_incomplete_coverage(cpu_artifact_data):
-    skipped = cpu_artifact_data["decode"].pop()
-    cpu_artifact_data["coverage"].update(completed=11, skipped=1, skipped_points=[
-        {"phase": "decode", "point_index": skipped["point_index"], "reason": "test"}])
+    forge.drop_point(cpu_artifact_data, "decode", 3, "test")
+    forge.cohere(cpu_artifact_data)
+    cpu_artifact_data["status"] = "complete"
     text = errors_of(cpu_artifact_data)
-    assert "status: 'complete' with coverage 11/12 (1 skipped)" in text
+    assert text == "status: 'complete' with coverage 11/12 (1 skipped)"
     cpu_artifact_data["status"] = "partial"
     assert validate_data(cpu_artifact_data).ok
 
@@ -143,7 +152,6 @@ def test_future_version_is_refused(cpu_artifact_data):
     ("legacy-v1-autoregressive.json", "v1-autoregressive", 4),
     ("legacy-v2-decode-only.json", "v2-phase-specific-speculative", 4)])
 def test_legacy_artifacts_load_with_a_marker(name, marker, decode):
-    import json
     report = validate_data(json.loads((FIXTURES / name).read_text()))
     assert report.ok, report.errors
     assert report.legacy == marker
@@ -151,7 +159,6 @@ def test_legacy_artifacts_load_with_a_marker(name, marker, decode):
 
 
 def test_legacy_rules_still_apply():
-    import json
     data = json.loads((FIXTURES / "legacy-v2-decode-only.json").read_text())
     data["decode"][0]["timing"]["seconds"] = -1.0
     assert "decode[0].timing.seconds" in errors_of(data)
@@ -169,3 +176,98 @@ def test_draft_depth_outside_import_window_is_flagged_not_dropped(cpu_artifact_d
     assert len(report.artifact.decode) == 4
     assert report.flags and "K=3 lies outside the import window K=4-5" in report.flags[0]
     assert not validate_data(cpu_artifact_data, k_window=(1, 5)).flags
+
+
+def _edit(path: str, value):
+    """An edit of one field by its path, e.g. "decode[0].snapshot.corrections"."""
+    def apply(data):
+        parts = re.findall(r"[^.\[\]]+|\[\d+\]", path)
+        node = data
+        for part in parts[:-1]:
+            node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+        last = parts[-1]
+        node[int(last[1:-1]) if last.startswith("[") else last] = value
+    return apply
+
+
+def _graphs_without_capture(data):
+    data["identity"]["cudagraph_mode"]["value"] = "none"
+    forge.reseal(data)
+
+
+# Rules the forgery corpus (tests/test_forgeries.py) does not reach, each with its message.
+RULES = [
+    ("cpu-v4", _edit("started_at", "2026-11-30T20:07:01+00:00"),
+     "started_at: 2026-11-30T20:07:01+00:00 is after created_at "
+     "2026-11-30T20:07:00.058702+00:00"),
+    ("cpu-v4", _edit("decode[0].snapshot.corrections", [
+        {"request_id": "x", "preemptions": 0, "from_iteration_id": 500, "rejected_tokens": 1}]),
+     "decode[0].snapshot.corrections[0]: from_iteration_id 500, rejected_tokens 1; a correction "
+     "comes from an earlier iteration"),
+    ("cpu-v4", _edit("decode[1].snapshot.requests[0].preemptions", -1),
+     "decode[1].snapshot.requests[0].preemptions: must be >= 0, got -1"),
+    ("cpu-v4", _edit("decode[1].snapshot.queue.waiting", -2),
+     "decode[1].snapshot.queue.waiting: must be >= 0, got -2"),
+    ("cpu-v4", _edit("producer.package", "another-package"),
+     "producer.package: expected 'pytest-sdbench', got 'another-package'"),
+    ("cpu-v4", _edit("sampling.temperature", 0.7),
+     "sampling: {'temperature': 0.7, 'ignore_eos': True, 'detokenize': False} differs from "
+     "the generation sampling every request of the package uses"),
+    ("cpu-v4", _edit("summaries[0].point_index", 40),
+     "summaries[0]: prefill point 40 has no observation to summarise"),
+    ("h200-graph-v3", _graphs_without_capture,
+     "graph_mode: 'full', yet identity.cudagraph_mode is 'none' (the engine captured no graph)"),
+]
+
+
+@pytest.mark.parametrize("base, edit, message", RULES, ids=[r[2][:40] for r in RULES])
+def test_rule(base, edit, message):
+    data = forge.load(base)
+    edit(data)
+    assert message in errors_of(data)
+
+
+def _repeated(data: dict, repeats: int) -> dict:
+    """The artifact as if each point had been measured ``repeats`` times (each repeat a
+    little slower), coherently."""
+    data["measurement_policy"]["repeats"] = repeats
+    for phase in forge.PHASES:
+        for obs in list(data[phase]):
+            for repeat in range(1, repeats):
+                other = json.loads(json.dumps(obs))
+                other["repeat"] = repeat
+                other["timing"]["seconds"] *= 1 + repeat / 100
+                forge.set_native_id(other, forge.max_native_id(data) + 1)
+                data[phase].append(other)
+    return forge.cohere(data)
+
+
+def test_a_repeated_artifact_is_valid(cpu_artifact_data):
+    report = validate_data(_repeated(cpu_artifact_data, 3))
+    assert report.ok, report.errors
+    assert {s.samples for s in report.artifact.summaries} == {3}
+    assert report.artifact.summaries[0].cv > 0
+
+
+def test_repeats_of_a_point_share_its_warmup(cpu_artifact_data):
+    data = _repeated(cpu_artifact_data, 2)
+    passes = data["decode"][3]["warmup_passes"]
+    data["decode"][7]["warmup_passes"] = passes - 1   # the repeat of decode[3]
+    assert errors_of(data) == (
+        f"decode[7].warmup_passes: {passes - 1} differs from {passes} in decode[3], a repeat "
+        "of the same point (a point is warmed up once)")
+
+
+def test_a_boolean_is_no_schema_version(cpu_artifact_data):
+    cpu_artifact_data["schema_version"] = True
+    assert errors_of(cpu_artifact_data) == "schema_version: expected an integer 1..4, got bool True"
+
+
+def test_a_legacy_label_must_fit_the_document():
+    data = json.loads((FIXTURES / "cpu-agg-v4.json").read_text())
+    data["schema_version"] = 3
+    text = errors_of(data)
+    assert "schema_version: 3 (v3-single-sample) does not fit the document: started_at is a " \
+           "field of schema_version 4 and later; the artifact is relabelled" in text
+    assert "prefill[0].repeat (and 11 more)" not in text   # one message per field
+    assert "prefill[0].repeat (and 7 more) is a field of schema_version 4" in text

@@ -14,11 +14,16 @@ are checked on the document as written, before anything is filled in.
   time or timed total. Those are read as unresolved (or null), never filled with a guess;
   the per-rank KV blocks are the one rank's blocks, and the point summaries are computed
   from the one sample each point has.
+
+A label must fit the document: a document holding a field that a later schema_version
+introduced (FIELDS_INTRODUCED) is not of the version it claims, and is refused, never
+read as legacy with the newer fields dropped or overwritten.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 from ..wire import typed
 from ..wire.contract import (
@@ -29,6 +34,7 @@ from ..wire.contract import (
     LEGACY_SCHEMA_VERSIONS,
     MODE_AGG,
     SCHEMA_VERSION,
+    SPEC_METHOD_NONE,
     STEP_TIME_SINGLE_RANK,
     WARMUP_SINGLE_PASS,
 )
@@ -39,6 +45,77 @@ NO_DRAFT = {"status": IDENTITY_UNRESOLVED, "value": None, "source": None,
             "reason": "autoregressive artifact (schema_version 1): no draft model"}
 DRAFT_MODEL_FIELDS = ("model", "revision", "config_digest", "architecture", "dtype",
                       "quantization", "load_format")
+
+
+class LegacyError(ValueError):
+    """A document that cannot be read as the legacy version it is labelled; every reason."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("; ".join(errors))
+
+
+# The fields each schema_version introduced ("[]": every item of a list). A document
+# labelled older than a field's version cannot hold that field: it was relabelled.
+FIELDS_INTRODUCED: dict[int, tuple[str, ...]] = {
+    2: ("speculative", "identity.draft", "identity.method", "identity.draft_depth",
+        "identity.acceptance_control", "kv_capacity.draft_layer_names",
+        "kv_capacity.groups[].draft_layers", "grid.decode[].draft_depth",
+        "grid.decode[].acceptance_length", "decode[].point.draft_depth",
+        "decode[].point.acceptance_length", "decode[].accepted_tokens",
+        "decode[].observed_acceptance_length", "prefill[].snapshot.requests[].draft_tokens",
+        "decode[].snapshot.requests[].draft_tokens"),
+    3: ("prefill[].kv_seed_regime", "prefill[].cache_hit_tokens",
+        "decode[].run_acceptance_length", "decode[].run_acceptance_samples"),
+    4: ("started_at", "environment", "summaries", "timed_seconds",
+        "measurement_policy.repeats", "measurement_policy.warmup",
+        "measurement_policy.step_time_rule", "identity.distributed_executor_backend",
+        "identity.communication", "identity.settings", "kv_capacity.bytes_per_token",
+        "kv_capacity.rank_num_blocks", "prefill[].repeat", "decode[].repeat",
+        "prefill[].warmup_passes", "decode[].warmup_passes", "prefill[].warmup_settled",
+        "decode[].warmup_settled", "prefill[].timing.rank_seconds",
+        "decode[].timing.rank_seconds"),
+}
+
+
+def _present(node, parts: list[str], path: str = "") -> Iterator[str]:
+    """The concrete paths where a FIELDS_INTRODUCED pattern's field is present."""
+    if not isinstance(node, dict):
+        return
+    name, rest = parts[0], parts[1:]
+    each = name.endswith("[]")
+    key = name[:-2] if each else name
+    if key not in node:
+        return
+    where = f"{path}.{key}" if path else key
+    if not rest:
+        yield where
+    elif each:
+        items = node[key] if isinstance(node[key], list) else []
+        for i, item in enumerate(items):
+            yield from _present(item, rest, f"{where}[{i}]")
+    else:
+        yield from _present(node[key], rest, where)
+
+
+def label_errors(data: dict, version: int) -> list[str]:
+    """Why ``data`` is not shaped as the legacy ``version`` it is labelled (empty: it is)."""
+    marker = LEGACY_SCHEMA_VERSIONS[version]
+    errors = []
+    if version == 2 and data.get("mode") == MODE_AGG:
+        errors.append("mode: 'agg' did not exist in schema_version 2 (phase-specific "
+                      "artifacts); this artifact is relabelled")
+    for introduced, patterns in sorted(FIELDS_INTRODUCED.items()):
+        if introduced <= version:
+            continue
+        for pattern in patterns:
+            found = list(_present(data, pattern.split(".")))
+            if found:
+                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                errors.append(f"schema_version: {version} ({marker}) does not fit the "
+                              f"document: {found[0]}{more} is a field of schema_version "
+                              f"{introduced} and later; the artifact is relabelled")
+    return errors
 
 
 def _check_raw_digests(data: dict) -> None:
@@ -55,27 +132,27 @@ def _check_raw_digests(data: dict) -> None:
 def _run_acceptance_from_step(data: dict) -> None:
     """v1/v2 kept acceptance of the retained step only; that step is the run's evidence."""
     for obs in data.get("decode", []):
-        if isinstance(obs, dict) and "run_acceptance_length" not in obs:
-            obs["run_acceptance_length"] = obs.get("observed_acceptance_length")
-            obs["run_acceptance_samples"] = len(obs.get("accepted_tokens") or [])
+        if isinstance(obs, dict):
+            obs.setdefault("run_acceptance_length", obs.get("observed_acceptance_length"))
+            obs.setdefault("run_acceptance_samples", len(obs.get("accepted_tokens") or []))
 
 
 def _unverified_prefill(data: dict) -> None:
     for obs in data.get("prefill", []):
-        if isinstance(obs, dict) and "kv_seed_regime" not in obs:
+        if isinstance(obs, dict):
             prefix = (obs.get("point") or {}).get("cached_prefix_tokens")
-            obs["kv_seed_regime"] = KV_SEED_NONE if prefix == 0 else KV_SEED_UNVERIFIED
-            obs["cache_hit_tokens"] = []
+            obs.setdefault("kv_seed_regime", KV_SEED_NONE if prefix == 0 else KV_SEED_UNVERIFIED)
+            obs.setdefault("cache_hit_tokens", [])
 
 
 def _v1_to_v2(data: dict) -> None:
-    data["speculative"] = {"method": "none", "draft_depth": 0,
-                           "acceptance_control": ACCEPTANCE_NATURAL,
-                           "synthetic_acceptance_length": None}
+    data.setdefault("speculative", {"method": SPEC_METHOD_NONE, "draft_depth": 0,
+                                    "acceptance_control": ACCEPTANCE_NATURAL,
+                                    "synthetic_acceptance_length": None})
     ident = data.get("identity", {})
-    ident["draft"] = {name: dict(NO_DRAFT) for name in DRAFT_MODEL_FIELDS}
+    ident.setdefault("draft", {name: dict(NO_DRAFT) for name in DRAFT_MODEL_FIELDS})
     for name in ("method", "draft_depth", "acceptance_control"):
-        ident[name] = dict(NO_DRAFT)
+        ident.setdefault(name, dict(NO_DRAFT))
     kv = data.get("kv_capacity", {})
     kv.setdefault("draft_layer_names", [])
     for group in kv.get("groups", []):
@@ -112,11 +189,12 @@ def _unrecorded() -> dict:
 def _v3_to_v4(data: dict) -> None:
     policy = data.get("measurement_policy")
     if isinstance(policy, dict):
-        data["measurement_policy"] = {
-            "prefill": policy.get("prefill"), "decode": policy.get("decode"), "repeats": 1,
-            "warmup": {"rule": WARMUP_SINGLE_PASS, "min_passes": 1, "max_passes": 1,
-                       "tolerance": 0.0},
-            "step_time_rule": STEP_TIME_SINGLE_RANK}
+        policy.setdefault("prefill", None)
+        policy.setdefault("decode", None)
+        policy.setdefault("repeats", 1)
+        policy.setdefault("warmup", {"rule": WARMUP_SINGLE_PASS, "min_passes": 1,
+                                     "max_passes": 1, "tolerance": 0.0})
+        policy.setdefault("step_time_rule", STEP_TIME_SINGLE_RANK)
     ident = data.get("identity")
     if isinstance(ident, dict):
         ident.setdefault("distributed_executor_backend", _unrecorded())
@@ -145,12 +223,14 @@ def _v3_to_v4(data: dict) -> None:
 
 
 def upgrade(data: dict) -> tuple[dict, str]:
-    """The current shape of a legacy artifact, and its legacy marker."""
+    """The current shape of a legacy artifact, and its legacy marker. Raises LegacyError when
+    the document does not fit its label, ValueError when its digests do not fit it. Fields
+    present are never overwritten: the upgrade only adds what the old format lacked."""
     version = data["schema_version"]
     marker = LEGACY_SCHEMA_VERSIONS[version]
-    if version == 2 and data.get("mode") == MODE_AGG:
-        raise ValueError("mode: 'agg' did not exist in schema_version 2 (phase-specific "
-                         "artifacts); this artifact is relabelled")
+    errors = label_errors(data, version)
+    if errors:
+        raise LegacyError(errors)
     _check_raw_digests(data)
     data = copy.deepcopy(data)
     if version == 1:

@@ -1,35 +1,100 @@
 """Writing and reading artifact files. Writes are atomic (files.atomic_write_text): a
-reader never sees half an artifact."""
+reader never sees half an artifact. Reads refuse hostile JSON before parsing it: a file
+over MAX_ARTIFACT_BYTES (checked before it is read), nesting deeper than MAX_JSON_DEPTH
+(scanned before json.loads, which would recurse), and duplicate keys (which value would
+count?); each is an UnusableArtifact with one line that says why."""
 
 from __future__ import annotations
 
 import json
+import re
+from array import array
+from itertools import accumulate
 from pathlib import Path
 
 from ..files import atomic_write_text
 from ..wire import typed
+from ..wire.contract import MAX_ARTIFACT_BYTES, MAX_JSON_DEPTH
 
 
 class UnusableArtifact(ValueError):
-    """The input is not an artifact at all: missing file, not JSON, not an object."""
+    """The input is not an artifact at all: missing file, not JSON, not an object, or
+    hostile (too large, too deep, duplicate keys)."""
 
 
 def write_artifact(artifact, path: str | Path) -> Path:
     return atomic_write_text(path, json.dumps(typed.encode(artifact), indent=1) + "\n")
 
 
+# A JSON string (escapes included); brackets as steps of depth (+1 open, -1 close), every
+# other byte deleted.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[{]}")
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in ``text``, counted without parsing (so a
+    hostile depth cannot exhaust the parser's recursion); brackets in strings do not count."""
+    raw = _STRING.sub(b"", text.encode("utf-8", "surrogatepass"))
+    steps = array("b", raw.translate(_STEPS, _NOT_BRACKET))
+    return max(accumulate(steps), default=0)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return data
+
+
+def parse_json(text: str, name: str = "<input>") -> dict:
+    """The artifact object in ``text``; UnusableArtifact (one line) if it is none."""
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise UnusableArtifact(f"{name}: JSON nested {depth} levels deep, over the cap of "
+                               f"{MAX_JSON_DEPTH} (MAX_JSON_DEPTH); refused unparsed")
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise UnusableArtifact(f"{name}: duplicate key {exc.args[0]!r} in one JSON object; "
+                               "refused (which of its values would count?)") from None
+    except json.JSONDecodeError as exc:
+        raise UnusableArtifact(f"{name}: not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:   # e.g. an integer of too many digits
+        raise UnusableArtifact(f"{name}: not usable JSON ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if not isinstance(data, dict):
+        raise UnusableArtifact(f"{name}: a JSON {type(data).__name__}, not an artifact object")
+    return data
+
+
 def read_json(path: str | Path) -> dict:
     path = Path(path)
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_ARTIFACT_BYTES:
+            raise UnusableArtifact(f"{path}: {size} bytes, over the cap of {MAX_ARTIFACT_BYTES} "
+                                   "bytes (MAX_ARTIFACT_BYTES); refused unread")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_ARTIFACT_BYTES + 1)   # the file may grow after stat()
     except FileNotFoundError:
         raise UnusableArtifact(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+    except (IsADirectoryError, PermissionError, OSError) as exc:
         raise UnusableArtifact(f"{path}: cannot be read ({exc})") from None
+    if len(raw) > MAX_ARTIFACT_BYTES:
+        raise UnusableArtifact(f"{path}: over the cap of {MAX_ARTIFACT_BYTES} bytes "
+                               "(MAX_ARTIFACT_BYTES); refused")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnusableArtifact(f"{path}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise UnusableArtifact(f"{path}: a JSON {type(data).__name__}, not an artifact object")
-    return data
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnusableArtifact(f"{path}: not UTF-8 text ({exc})") from None
+    return parse_json(text, str(path))

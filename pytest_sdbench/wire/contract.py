@@ -81,6 +81,16 @@ STEP_TIME_SINGLE_RANK, STEP_TIME_SLOWEST_RANK = get_args(StepTimeRule)
 STEP_SECONDS_MIN = 1e-6
 STEP_SECONDS_MAX = {DEVICE_CPU: 60.0, DEVICE_CUDA: 10.0}
 STEP_SECONDS_PER_TOKEN_MAX = {DEVICE_CPU: 0.25, DEVICE_CUDA: 0.02}
+# ... on top of a fixed allowance per step: a step of a few tokens reads every weight once
+# whatever its tokens (the H200 eager decode of a 0.6B model already takes 5 ms a token at
+# 4 tokens; a 70B model's would cross 0.02 s a token). Bound of a step of T scheduled
+# tokens: STEP_SECONDS_BASE[device] + T * STEP_SECONDS_PER_TOKEN_MAX[device].
+STEP_SECONDS_BASE = {DEVICE_CPU: 2.0, DEVICE_CUDA: 0.25}
+# measured_seconds is the sum of the retained step times, to this relative tolerance (the
+# order of a float sum); the collection's wall time fits between started_at and created_at
+# give or take this much (clock steps, rounding of the timestamps).
+MEASURED_SUM_REL_TOL = 1e-9
+CLOCK_SLACK_SECONDS = 2.0
 
 # KV seed regime of a prefill point's cached prefix.
 KVSeedRegime = Literal["none", "real_prefix", "synthetic_prefix"]
@@ -93,6 +103,9 @@ GraphMode = Literal["eager", "piecewise", "full"]
 GRAPH_EAGER, GRAPH_PIECEWISE, GRAPH_FULL = get_args(GraphMode)
 GRAPH_MODES: tuple[str, ...] = get_args(GraphMode)
 GRAPH_MODES_BY_DEVICE = {DEVICE_CPU: (GRAPH_EAGER,), DEVICE_CUDA: GRAPH_MODES}
+# identity.cudagraph_mode of an engine that captures no CUDA graph (every CPU engine): its
+# steps all run eager.
+CUDAGRAPH_NONE = "none"
 
 # Attention backends known to belong to one device (vLLM's backend names); a backend of
 # the other device betrays a relabelled artifact. Unknown names are not judged.

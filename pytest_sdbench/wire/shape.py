@@ -3,6 +3,8 @@ collector when it retains a step and by the validator when it reads an artifact.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .contract import PHASE_DECODE, PHASE_PREFILL
 from .points import DecodePoint, PrefillPoint
 from .records import Snapshot
@@ -13,9 +15,9 @@ def _mismatch(snapshot: Snapshot, phase: str, batch: int, want: dict) -> str | N
         return f"phase is {snapshot.phase!r}, the point is {phase!r}"
     if len(snapshot.requests) != batch:
         return f"holds {len(snapshot.requests)} requests, the point's batch_size is {batch}"
-    ids = [r.request_id for r in snapshot.requests]
-    if len(set(ids)) != len(ids):
-        return f"lists a request twice ({sorted(i for i in set(ids) if ids.count(i) > 1)})"
+    ids = Counter(r.request_id for r in snapshot.requests)
+    if len(ids) != len(snapshot.requests):
+        return f"lists a request twice ({sorted(i for i, n in ids.items() if n > 1)})"
     for i, request in enumerate(snapshot.requests):
         for name, value in want.items():
             got = getattr(request, name)

@@ -1,0 +1,884 @@
+"""Coherent forgeries of real artifacts are refused; harmless re-encodings are not; hostile
+JSON is refused in one line within a second.
+
+Each forgery breaks one rule of one class of issue #9 and keeps the rest of the artifact
+consistent (sums, summaries, coverage, and the digests, which anyone can recompute: they
+are unkeyed sha256), so that only the broken rule is left to catch it. The test requires
+that the validator refuses it, that the message naming the broken rule is there, and that
+every message it prints is one the forgery explains: a forgery that trips an unrelated
+rule is not coherent, and fails the test too.
+
+Bases (tests/forge.py): the CPU v4 fixture, and the committed H200 agg artifacts (graphs
+and eager; schema v3, read as legacy, so their forgeries stay v3-shaped)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.cli import main
+from pytest_sdbench.wire.contract import (
+    MAX_ARTIFACT_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_REPORTED_VIOLATIONS,
+    SOURCE_FOR_DEVICE,
+    STEP_SECONDS_MAX,
+    STEP_SECONDS_MIN,
+    TIMER_FOR_SOURCE,
+    WARMUP_MAX_PASSES,
+)
+
+from . import forge
+from .forge import BASES, cohere, load, max_native_id, observations, reseal, set_native_id
+
+CLASSES = ("relabel", "shape", "timing", "grid", "kv_groups", "identity_header", "legacy",
+           "header", "repeats")
+Draw = Callable
+
+
+@dataclass(frozen=True)
+class Forgery:
+    cls: str
+    name: str
+    make: Callable[[dict, Draw], None]   # edits the artifact's JSON in place
+    expect: str                          # every message matches it
+    must: str                            # and at least one message matches this
+    applies: Callable[[dict], bool]
+
+
+FORGERIES: list[Forgery] = []
+
+
+def forgery(cls: str, expect: str, must: str | None = None, applies=lambda d: True):
+    assert cls in CLASSES
+
+    def register(make):
+        FORGERIES.append(Forgery(cls, make.__name__, make, expect, must or expect, applies))
+        return make
+    return register
+
+
+# ---- predicates over a base ------------------------------------------------------------
+
+def v4(d):
+    return d["schema_version"] == 4
+
+
+def cpu(d):
+    return d["device"] == "cpu"
+
+
+def cuda(d):
+    return d["device"] == "cuda"
+
+
+def synthetic(d):
+    return d["speculative"]["acceptance_control"] == "synthetic"
+
+
+def graphs(d):
+    return any(o["graph_mode"] != "eager" for _, o in observations(d))
+
+
+def captures(d):
+    return cuda(d) and d["identity"]["cudagraph_mode"]["value"] != "none"
+
+
+def pick(draw: Draw, items):
+    return draw(st.sampled_from(list(items)))
+
+
+def pick_obs(draw: Draw, d, phase=None, batch=1):
+    pool = [o for p, o in observations(d) if phase in (None, p)
+            and len(o["snapshot"]["requests"]) >= batch]
+    return pick(draw, pool)
+
+
+# ---- 1. coherent CPU <-> CUDA relabel ------------------------------------------------------
+
+NAME = {"cpu": "x86_64", "cuda": "NVIDIA H200"}
+BACKEND = {"cpu": "CPU_ATTN", "cuda": "FLASH_ATTN"}
+
+
+def naturalize(d):
+    d["speculative"].update(acceptance_control="natural", synthetic_acceptance_length=None)
+    d["identity"]["acceptance_control"]["value"] = "natural"
+    for point in d["grid"]["decode"]:
+        point["acceptance_length"] = None
+    for obs in d["decode"]:
+        obs["point"]["acceptance_length"] = None
+
+
+def relabel(d, keep: str) -> None:
+    """Flip the device everywhere it is stated; fix every tell but ``keep``."""
+    to = "cuda" if cpu(d) else "cpu"
+    ident = d["identity"]
+    d["device"] = ident["device"]["value"] = to
+    for _, obs in observations(d):
+        obs["provenance"]["device"] = to
+        obs["timing"]["source"] = SOURCE_FOR_DEVICE[to]
+        obs["provenance"]["timer"] = TIMER_FOR_SOURCE[SOURCE_FOR_DEVICE[to]]
+    if d.get("environment"):
+        d["environment"]["other_gpu_processes"] = 0 if to == "cuda" else None
+    if keep != "device_name":
+        ident["device_name"]["value"] = NAME[to]
+        for _, obs in observations(d):
+            if keep != "row_device_name":
+                obs["provenance"]["device_name"] = NAME[to]
+    if keep != "attention_backend":
+        ident["attention_backend"]["value"] = BACKEND[to]
+    if to == "cpu":
+        if keep != "cudagraph_mode":
+            ident["cudagraph_mode"]["value"] = "none"
+        if keep != "graph_mode":
+            for _, obs in observations(d):
+                obs["graph_mode"] = "eager"
+        if keep != "synthetic":
+            naturalize(d)
+    cohere(d)
+
+
+@forgery("relabel", r"^identity\.device_name: '[^']*' on a '(cpu|cuda)' run; CUDA device names")
+def relabel_device_name(d, draw):
+    relabel(d, "device_name")
+
+
+@forgery("relabel", r"^(prefill|decode)\[\d+\]\.provenance\.device_name: '[^']*' differs from "
+         r"identity\.device_name")
+def relabel_rows_device_name(d, draw):
+    relabel(d, "row_device_name")
+
+
+@forgery("relabel", r"^identity\.attention_backend: '\w+' is a (cpu|cuda) backend, on a")
+def relabel_attention_backend(d, draw):
+    relabel(d, "attention_backend")
+
+
+@forgery("relabel", r"^identity\.cudagraph_mode: '\w+' on a 'cpu' run", applies=captures)
+def relabel_cudagraph_mode(d, draw):
+    relabel(d, "cudagraph_mode")
+
+
+@forgery("relabel", r"^(prefill|decode)\[\d+\]\.graph_mode: '(full|piecewise)' on a 'cpu' run",
+         applies=graphs)
+def relabel_graph_modes(d, draw):
+    relabel(d, "graph_mode")
+
+
+@forgery("relabel", r"^speculative\.acceptance_control: 'synthetic' on a 'cpu' run",
+         applies=synthetic)
+def relabel_synthetic_acceptance(d, draw):
+    relabel(d, "synthetic")
+
+
+@forgery("relabel", r"^producer\.engine_version: '[^']*' differs from identity\.engine_version")
+def engine_version_differs(d, draw):
+    version = pick(draw, ["0.25.1", "0.33.0", "1.0.0"])
+    if draw(st.booleans()):
+        d["producer"]["engine_version"] = version
+    else:
+        d["identity"]["engine_version"]["value"] = version
+    reseal(d)
+
+
+@forgery("relabel", r"^(prefill|decode)\[\d+\]\.graph_mode: '(full|piecewise)'", applies=cpu)
+def graph_mode_on_cpu(d, draw):
+    pick_obs(draw, d)["graph_mode"] = pick(draw, ["full", "piecewise"])
+
+
+# ---- 2. single_step shape ----------------------------------------------------------------
+
+@forgery("shape", r"^prefill\[\d+\]\.snapshot: requests\[\d+\]\.prompt_tokens is \d+, the "
+         r"point needs \d+$")
+def prefill_chunk(d, draw):
+    obs = pick_obs(draw, d, "prefill")
+    pick(draw, obs["snapshot"]["requests"])["prompt_tokens"] += draw(st.integers(1, 8192))
+    cohere(d)
+
+
+@forgery("shape", r"^(prefill|decode)\[\d+\]\.snapshot: lists a request twice \(\['[^']+'\]\)$")
+def request_listed_twice(d, draw):
+    requests = pick_obs(draw, d, batch=2)["snapshot"]["requests"]
+    j = draw(st.integers(1, len(requests) - 1))
+    requests[j]["request_id"] = requests[0]["request_id"]
+    cohere(d)
+
+
+@forgery("shape", r"^((prefill|decode)\[\d+\]\.native_iteration_id: must be >= 1 \(vLLM numbers "
+         r"steps from 1\), got -?\d+|.*\.snapshot\.corrections\[\d+\]: .*)$",
+         must=r"\.native_iteration_id: must be >= 1")
+def native_id_not_positive(d, draw):
+    set_native_id(pick_obs(draw, d), -draw(st.integers(0, 10**6)))
+    cohere(d)
+
+
+# ---- 3. timing sums and bounds --------------------------------------------------------------
+
+STEP_BOUND = r"^(prefill|decode)\[\d+\]\.timing\.seconds: [-+.e\d]+ (is outside \[|for \d+ " \
+             r"scheduled tokens exceeds)"
+
+
+@forgery("timing", STEP_BOUND)
+def every_time_scaled(d, draw):
+    forge.scale_times(d, pick(draw, [1e3, 1e4, 1e6]))
+    cohere(d)
+
+
+@forgery("timing", STEP_BOUND)
+def one_step_out_of_bounds(d, draw):
+    high = STEP_SECONDS_MAX[d["device"]] * draw(st.floats(1.001, 1e6))
+    low = draw(st.floats(1e-12, STEP_SECONDS_MIN * 0.99))
+    pick_obs(draw, d)["timing"]["seconds"] = pick(draw, [high, low, 1e6])
+    cohere(d)
+
+
+@forgery("timing", r"^measured_seconds: [-+.e\d]+ != [-+.e\d]+, the sum of the retained step "
+         r"times$")
+def measured_is_not_the_sum(d, draw):
+    cohere(d)
+    d["measured_seconds"] *= draw(st.floats(0.0, 0.999))
+
+
+@forgery("timing", r"^(timed|measured)_seconds: [-+.e\d]+ exceeds elapsed_seconds")
+def elapsed_below_the_steps(d, draw):
+    cohere(d)
+    longest = d.get("timed_seconds") or d["measured_seconds"]
+    d["elapsed_seconds"] = longest * draw(st.floats(0.0, 0.999))
+
+
+@forgery("timing", r"^timed_seconds: [-+.e\d]+ is less than measured_seconds", applies=v4)
+def timed_below_measured(d, draw):
+    cohere(d)
+    d["timed_seconds"] = d["measured_seconds"] * draw(st.floats(0.0, 0.999))
+
+
+@forgery("timing", r"^elapsed_seconds: [-+.e\d]+ exceeds created_at - started_at", applies=v4)
+def elapsed_beyond_the_clock(d, draw):
+    cohere(d)
+    span = (forge._when(d["created_at"]) - forge._when(d["started_at"])).total_seconds()
+    d["elapsed_seconds"] = span + 2.0 + draw(st.floats(0.01, 1e4))
+
+
+# ---- 4. grid rules --------------------------------------------------------------------------
+
+def grid_phases(d):
+    return [p for p in forge.PHASES if d["grid"][p]]
+
+
+@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: duplicates (prefill|decode)\[\d+\]$")
+def duplicated_point(d, draw):
+    phase = pick(draw, grid_phases(d))
+    index = draw(st.integers(0, len(d["grid"][phase]) - 1))
+    new = len(d["grid"][phase])
+    d["grid"][phase].append(copy.deepcopy(d["grid"][phase][index]))
+    next_id = max_native_id(d) + 1
+    for obs in [o for o in d[phase] if o["point_index"] == index]:
+        twin = copy.deepcopy(obs)
+        twin["point_index"] = new
+        set_native_id(twin, next_id)
+        next_id += 1
+        d[phase].append(twin)
+    cohere(d)
+
+
+@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]\.batch_size: must be >= 1, got 0$")
+def batch_size_zero(d, draw):
+    phase = pick(draw, grid_phases(d))
+    point = copy.deepcopy(pick(draw, d["grid"][phase]))
+    point["batch_size"] = 0
+    d["grid"][phase].append(point)
+    forge.drop_point(d, phase, len(d["grid"][phase]) - 1, "batch of zero requests")
+    cohere(d)
+
+
+@forgery("grid", r"^grid\.decode\[\d+\]\.acceptance_length: (must lie in \[1, draft_depth\+1 = "
+         r"\d+\], got [-+.e\d]+|[-+.e\d]+ under natural acceptance .*)$",
+         must=r"acceptance_length: must lie in")
+def acceptance_length_outside_one_to_k_plus_one(d, draw):
+    k = d["speculative"]["draft_depth"]
+    al = pick(draw, [k + 1.5, draw(st.floats(k + 1.001, 64.0)), draw(st.floats(0.0, 0.999))])
+    if synthetic(d):
+        index = draw(st.integers(0, len(d["grid"]["decode"]) - 1))
+        d["grid"]["decode"][index]["acceptance_length"] = al
+        for obs in d["decode"]:
+            if obs["point_index"] == index:
+                obs["point"]["acceptance_length"] = al
+    else:   # a natural engine: the point can only be listed, skipped
+        point = dict(copy.deepcopy(d["grid"]["decode"][0]), acceptance_length=al)
+        d["grid"]["decode"].append(point)
+        forge.drop_point(d, "decode", len(d["grid"]["decode"]) - 1, "not measurable")
+    cohere(d)
+
+
+@forgery("grid", r"^(speculative\.draft_depth: must be >= 1 under eagle3, got 0|"
+         r"grid\.decode\[\d+\]\.draft_depth: must be >= 1, got 0)$|" + STEP_BOUND[1:],
+         must=r"^grid\.decode\[\d+\]\.draft_depth: must be >= 1, got 0$")
+def draft_depth_zero_under_eagle3(d, draw):
+    """K=0 keeps the times of K=3 steps over a quarter of the tokens: on a slow step that
+    may also cross the per-token bound, a second tell."""
+    d["speculative"]["draft_depth"] = 0
+    d["identity"]["draft_depth"]["value"] = 0
+    if synthetic(d):
+        d["speculative"]["synthetic_acceptance_length"] = 1.0
+    for point in d["grid"]["decode"]:
+        point.update(draft_depth=0, acceptance_length=1.0 if synthetic(d) else None)
+    for obs in d["decode"]:
+        obs["point"] = d["grid"]["decode"][obs["point_index"]]
+        for request in obs["snapshot"]["requests"]:
+            request["draft_tokens"] = 0
+        obs["snapshot"]["total_scheduled_tokens"] = len(obs["snapshot"]["requests"])
+        obs["accepted_tokens"] = [0] * len(obs["accepted_tokens"])
+        obs["observed_acceptance_length"] = obs["run_acceptance_length"] = 1.0
+    cohere(d)
+
+
+@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: needs batch_size\*\([a-z_+\d]+\) = \d+ KV "
+         r"tokens, kv_capacity\.tokens is \d+$")
+def kv_capacity_too_small_for_the_grid(d, draw):
+    kv = d["kv_capacity"]
+    kv["num_blocks"] = draw(st.integers(1, 4))
+    kv["tokens"] = kv["num_blocks"] * kv["block_size"]
+    if "rank_num_blocks" in kv:
+        kv["rank_num_blocks"] = [kv["num_blocks"]]
+    reseal(d)
+
+
+# ---- 5. KV groups -----------------------------------------------------------------------------
+
+@forgery("kv_groups", r"^kv_capacity\.groups: every layer \(\d+\) is a draft layer; the "
+         r"target's layers are missing$")
+def target_layers_removed(d, draw):
+    kv = d["kv_capacity"]
+    for group in kv["groups"]:
+        group["layer_names"] = list(group["draft_layers"])
+    kv["groups"] = [g for g in kv["groups"] if g["layer_names"]]
+    reseal(d)
+
+
+@forgery("kv_groups", r"^kv_capacity\.draft_layer_names: empty; the draft's layers must be in "
+         r"the capacity$")
+def draft_layers_emptied(d, draw):
+    kv = d["kv_capacity"]
+    kv["draft_layer_names"] = []
+    for group in kv["groups"]:
+        group["draft_layers"] = []
+    reseal(d)
+
+
+@forgery("kv_groups", r"^kv_capacity\.groups\[\d+\]\.block_size: \d+ differs from "
+         r"kv_capacity\.block_size \d+$")
+def group_block_size_differs(d, draw):
+    group = pick(draw, d["kv_capacity"]["groups"])
+    block = group["block_size"]
+    group["block_size"] = draw(st.integers(1, 4 * block).filter(lambda b: b != block))
+    reseal(d)
+
+
+@forgery("kv_groups", r"^kv_capacity\.source: must say where the capacity was read, got "
+         r"'(\s*|\\t)'$")
+def kv_source_empty(d, draw):
+    d["kv_capacity"]["source"] = pick(draw, ["", " ", "\t"])
+    reseal(d)
+
+
+@forgery("kv_groups", r"^kv_capacity\.groups\[\d+\]\.draft_layers: \[.*\] differs from the "
+         r"group's layers among kv_capacity\.draft_layer_names")
+def group_draft_layers_differ(d, draw):
+    group = pick(draw, d["kv_capacity"]["groups"])
+    group["draft_layers"] = pick(draw, [[], group["layer_names"][:1]])
+    if group["draft_layers"] == [n for n in group["layer_names"]
+                                 if n in d["kv_capacity"]["draft_layer_names"]]:
+        group["draft_layers"] = []
+    reseal(d)
+
+
+@forgery("kv_groups", r"^kv_capacity\.rank_num_blocks: \d+ entries for "
+         r"identity\.tensor_parallel_size 1$", applies=v4)
+def rank_blocks_for_more_ranks(d, draw):
+    kv = d["kv_capacity"]
+    kv["rank_num_blocks"] = [kv["num_blocks"]] * draw(st.integers(2, 8))
+    reseal(d)
+
+
+@forgery("kv_groups", r"^kv_capacity\.rank_num_blocks\[0\]: \d+ differs from "
+         r"kv_capacity\.num_blocks \d+$", applies=v4)
+def rank_blocks_differ(d, draw):
+    kv = d["kv_capacity"]
+    kv["rank_num_blocks"] = [kv["num_blocks"] - draw(st.integers(1, kv["num_blocks"] - 1))]
+    reseal(d)
+
+
+# ---- 6. identity vs header ----------------------------------------------------------------
+
+@forgery("identity_header", r"^identity\.method: '\w+' differs from speculative\.method "
+         r"'eagle3'$")
+def identity_method_differs(d, draw):
+    d["identity"]["method"]["value"] = pick(draw, ["ngram", "eagle", "medusa", "draft_model",
+                                                   "none"])
+    reseal(d)
+
+
+@forgery("identity_header", r"^speculative\.method: 'none'; only v1-autoregressive")
+def method_none_outside_v1(d, draw):
+    d["speculative"]["method"] = d["identity"]["method"]["value"] = "none"
+    reseal(d)
+
+
+@forgery("identity_header", r"^speculative\.method: expected one of 'eagle3' or one of 'none', "
+         r"got str 'ngram'$")
+def method_ngram(d, draw):
+    d["speculative"]["method"] = d["identity"]["method"]["value"] = "ngram"
+    reseal(d)
+
+
+@forgery("identity_header", r"^identity\.acceptance_control: '\w+' differs from "
+         r"speculative\.acceptance_control '\w+'$")
+def acceptance_control_differs(d, draw):
+    field = d["identity"]["acceptance_control"]
+    field["value"] = "natural" if field["value"] == "synthetic" else "synthetic"
+    reseal(d)
+
+
+@forgery("identity_header", r"^speculative\.synthetic_acceptance_length: [-+.e\dNone]+ under "
+         r"(natural|synthetic) acceptance")
+def synthetic_length_against_the_control(d, draw):
+    spec = d["speculative"]
+    spec["synthetic_acceptance_length"] = (
+        None if synthetic(d) else draw(st.floats(1.0, spec["draft_depth"] + 1.0)))
+
+
+@forgery("identity_header", r"^grid\.decode\[\d+\]\.acceptance_length: [-+.e\dNone]+ under "
+         r"(natural|synthetic) acceptance \(synthetic needs a requested AL, natural needs "
+         r"null\)$")
+def requested_length_against_the_control(d, draw):
+    index = draw(st.integers(0, len(d["grid"]["decode"]) - 1))
+    al = None if synthetic(d) else draw(st.floats(1.0, d["speculative"]["draft_depth"] + 1.0))
+    d["grid"]["decode"][index]["acceptance_length"] = al
+    for obs in d["decode"]:
+        if obs["point_index"] == index:
+            obs["point"]["acceptance_length"] = al
+    cohere(d)
+
+
+@forgery("identity_header", r"^speculative\.draft_depth: \d+ differs from identity\.draft_depth "
+         r"\d+$")
+def identity_draft_depth_differs(d, draw):
+    d["identity"]["draft_depth"]["value"] += draw(st.integers(1, 4))
+    reseal(d)
+
+
+# ---- 7. legacy labels ---------------------------------------------------------------------
+
+LABEL = r"^(schema_version: \d \([\w-]+\) does not fit the document: .* is a field of " \
+        r"schema_version \d and later; the artifact is relabelled|mode: 'agg' did not exist in " \
+        r"schema_version 2 .*)$"
+
+
+@forgery("legacy", LABEL, must=r"^schema_version: \d .* does not fit the document")
+def relabelled_older(d, draw):
+    d["schema_version"] = draw(st.integers(1, d["schema_version"] - 1))
+
+
+@forgery("legacy", LABEL, must=r"decode\[\d+\]\.run_acceptance_samples.* is a field of "
+         r"schema_version 3")
+def v2_label_with_negative_run_acceptance_samples(d, draw):
+    d["schema_version"] = 2
+    pick(draw, d["decode"])["run_acceptance_samples"] = -draw(st.integers(1, 100))
+
+
+@forgery("legacy", r"^schema_version: expected an integer 1\.\.4, got (bool True|bool False|"
+         r"float [\d.]+|str '\d')$")
+def version_not_an_integer(d, draw):
+    d["schema_version"] = pick(draw, [True, False, 1.0, 3.0, "3"])
+
+
+# ---- also: header fields ---------------------------------------------------------------
+
+@forgery("header", r"^created_at: must be an ISO 8601 UTC timestamp .*, got '.*'$")
+def created_at_not_utc(d, draw):
+    d["created_at"] = pick(draw, ["2026-11-30T20:07:00", "2026-11-30T21:07:00+01:00",
+                                  "yesterday", "", "2026-11-30"])
+
+
+@forgery("header", r"^started_at: must be an ISO 8601 UTC timestamp, got '.*'$", applies=v4)
+def started_at_not_utc(d, draw):
+    d["started_at"] = pick(draw, ["2026-11-30T20:06:56", "2026-11-30T21:06:56+01:00", "now"])
+
+
+@forgery("header", r"^run_id: must be a non-empty ID, got '.*'$")
+def run_id_empty(d, draw):
+    d["run_id"] = pick(draw, ["", " ", "\n"])
+
+
+@forgery("header", r"^coverage\.skipped_points\[\d+\]\.reason: must say why the point was "
+         r"skipped, got '\s*'$")
+def skipped_without_a_reason(d, draw):
+    phase = pick(draw, grid_phases(d))
+    forge.drop_point(d, phase, draw(st.integers(0, len(d["grid"][phase]) - 1)),
+                     pick(draw, ["", "  "]))
+    cohere(d)
+
+
+# ---- also: repeats, summaries, warm-up, environment, ranks (schema v4) --------------------
+
+@forgery("repeats", r"^(prefill|decode): point \d+ has 1 observations \(.*\), "
+         r"measurement_policy\.repeats is \d+$", applies=v4)
+def repeats_more_than_observed(d, draw):
+    d["measurement_policy"]["repeats"] += draw(st.integers(1, 5))
+
+
+@forgery("repeats", r"^measurement_policy\.repeats: must be >= 1, got -?\d+$", applies=v4)
+def repeats_zero(d, draw):
+    d["measurement_policy"]["repeats"] = -draw(st.integers(0, 3))
+
+
+@forgery("repeats", r"^((prefill|decode): point \d+ has 2 observations .*|(prefill|decode)"
+         r"\[\d+\]\.repeat: 1 is outside 0\.\.measurement_policy\.repeats-1 = 0\.\.0)$",
+         applies=v4)
+def an_extra_repeat(d, draw):
+    phase = pick(draw, grid_phases(d))
+    twin = copy.deepcopy(pick(draw, d[phase]))
+    twin["repeat"] = 1
+    set_native_id(twin, max_native_id(d) + 1)
+    d[phase].append(twin)
+    cohere(d)
+
+
+@forgery("repeats", r"^summaries\[\d+\]\.\w+: [-+.e\d]+ != [-+.e\d]+, recomputed from the \d+ "
+         r"samples of (prefill|decode) point \d+$", applies=v4)
+def summary_altered(d, draw):
+    summary = pick(draw, d["summaries"])
+    name = pick(draw, ["median_seconds", "mean_seconds", "min_seconds", "max_seconds", "cv"])
+    summary[name] += summary[name] * draw(st.floats(0.001, 10.0)) + 1e-6
+
+
+@forgery("repeats", r"^summaries: (prefill|decode) point \d+ is observed but has no summary$",
+         applies=v4)
+def summary_missing(d, draw):
+    d["summaries"].pop(draw(st.integers(0, len(d["summaries"]) - 1)))
+
+
+@forgery("repeats", r"^summaries\[\d+\]: a second summary of (prefill|decode) point \d+",
+         applies=v4)
+def summary_twice(d, draw):
+    d["summaries"].append(copy.deepcopy(pick(draw, d["summaries"])))
+
+
+@forgery("repeats", r"^(prefill|decode)\[\d+\]\.warmup_passes: \d+ is outside the policy's "
+         r"\[2, 8\]$", applies=v4)
+def warmup_passes_outside_the_policy(d, draw):
+    pick_obs(draw, d)["warmup_passes"] = pick(draw, [0, 1, WARMUP_MAX_PASSES + 1, 100])
+
+
+@forgery("repeats", r"^(prefill|decode)\[\d+\]\.warmup_settled: false after \d+ passes; a "
+         r"warm-up that does not settle runs all 8 passes$", applies=v4)
+def warmup_unsettled_early(d, draw):
+    obs = pick_obs(draw, d)
+    obs["warmup_settled"] = False
+    obs["warmup_passes"] = draw(st.integers(2, WARMUP_MAX_PASSES - 1))
+
+
+@forgery("repeats", r"^(measurement_policy\.warmup\.\w+: .*|.*\.warmup_(passes|settled): .*)$",
+         must=r"^measurement_policy\.warmup\.\w+: .*, the contract states", applies=v4)
+def warmup_policy_altered(d, draw):
+    warmup = d["measurement_policy"]["warmup"]
+    name, value = pick(draw, [("tolerance", 0.1), ("tolerance", 0.0), ("min_passes", 1),
+                              ("max_passes", 16), ("rule", "single_pass")])
+    warmup[name] = value
+
+
+@forgery("repeats", r"^environment: null; required in schema_version 4", applies=v4)
+def environment_removed(d, draw):
+    d["environment"] = None
+
+
+@forgery("repeats", r"^environment\.reason: .* with contended (True|False); a contended run "
+         r"says why", applies=v4)
+def contended_without_a_reason(d, draw):
+    env = d["environment"]
+    env["contended"], env["reason"] = pick(draw, [(True, None), (True, " "),
+                                                  (False, "other engines")])
+
+
+@forgery("repeats", r"^environment\.contended: false, yet other_cpu_cores", applies=v4)
+def contention_hidden(d, draw):
+    d["environment"].update(other_cpu_cores=0.5 + draw(st.floats(0.01, 16.0)), contended=False,
+                            reason=None)
+
+
+@forgery("repeats", r"^environment\.other_gpu_processes: \d+ on a 'cpu' run",
+         applies=lambda d: v4(d) and cpu(d))
+def gpu_processes_on_cpu(d, draw):
+    gpus = draw(st.integers(0, 4))
+    d["environment"]["other_gpu_processes"] = gpus
+    if gpus:
+        d["environment"].update(contended=True, reason=f"{gpus} other process(es) on the GPU")
+
+
+@forgery("repeats", r"^measurement_policy\.step_time_rule: 'slowest_rank' with "
+         r"identity\.tensor_parallel_size 1", applies=v4)
+def slowest_rank_of_one_rank(d, draw):
+    d["measurement_policy"]["step_time_rule"] = "slowest_rank"
+    for _, obs in observations(d):
+        obs["timing"]["rank_seconds"] = [obs["timing"]["seconds"]]
+
+
+@forgery("repeats", r"^(prefill|decode)\[\d+\]\.timing\.rank_seconds: \[.*\] under "
+         r"step_time_rule 'single_rank'", applies=v4)
+def rank_times_of_one_rank(d, draw):
+    timing = pick_obs(draw, d)["timing"]
+    timing["rank_seconds"] = [timing["seconds"]]
+
+
+def two_ranks(d, slowest: bool) -> None:
+    d["identity"]["tensor_parallel_size"]["value"] = 2
+    d["measurement_policy"]["step_time_rule"] = "slowest_rank"
+    for _, obs in observations(d):
+        t = obs["timing"]["seconds"]
+        obs["timing"]["rank_seconds"] = [t, t * 0.9] if slowest else [t * 1.1, t]
+    reseal(d)
+
+
+@forgery("repeats", r"^kv_capacity\.rank_num_blocks: 1 entries for "
+         r"identity\.tensor_parallel_size 2$", applies=v4)
+def two_ranks_one_rank_of_blocks(d, draw):
+    two_ranks(d, slowest=True)
+
+
+@forgery("repeats", r"^(prefill|decode)\[\d+\]\.timing\.seconds: [-+.e\d]+ is not the slowest "
+         r"rank's time", applies=v4)
+def two_ranks_time_not_the_slowest(d, draw):
+    d["kv_capacity"]["rank_num_blocks"] *= 2
+    two_ranks(d, slowest=False)
+
+
+@forgery("repeats", r"^(timed_seconds|started_at): null; required in schema_version 4",
+         applies=v4)
+def v4_totals_removed(d, draw):
+    d[pick(draw, ["timed_seconds", "started_at"])] = None
+
+
+# ---- the test --------------------------------------------------------------------------------
+
+CASES = [pytest.param(base, f, id=f"{base}-{f.name}") for base in BASES for f in FORGERIES
+         if f.applies(forge._LOADED[base])]
+
+
+@pytest.mark.parametrize("base, forgery_", CASES)
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_coherent_forgery_is_refused_by_its_rule(base, forgery_, data):
+    d = load(base)
+    forgery_.make(d, data.draw)
+    report = validate_data(d)
+    errors = report.errors
+    assert errors, f"{forgery_.name} on {base}: accepted"
+    stray = [e for e in errors if not re.search(forgery_.expect, e)]
+    assert not stray, f"{forgery_.name} on {base}: messages it does not explain: {stray}"
+    assert any(re.search(forgery_.must, e) for e in errors), errors
+
+
+@pytest.mark.parametrize("base", list(BASES))
+def test_every_class_has_a_forgery_on_every_base(base):
+    covered = {f.cls for f in FORGERIES if f.applies(forge._LOADED[base])}
+    legacy_only = {"repeats"} if base.endswith("v3") else set()
+    assert covered == set(CLASSES) - legacy_only
+
+
+@pytest.mark.parametrize("base", list(BASES))
+def test_the_bases_are_valid(base):
+    report = validate_data(load(base))
+    assert report.ok, report.errors
+
+
+def test_contention_is_flagged_not_refused():
+    d = load("cpu-v4")
+    d["environment"].update(other_cpu_cores=1.7, contended=True,
+                            reason="other processes used 1.70 CPU cores on average")
+    report = validate_data(d)
+    assert report.ok, report.errors
+    assert report.flags == ["environment.contended: 'other processes used 1.70 CPU cores on "
+                            "average'; its times were measured beside other work (kept, "
+                            "flagged)"]
+
+
+# ---- harmless re-encodings ---------------------------------------------------------------
+
+def _float(x: float, rng: random.Random) -> str:
+    spellings = [repr(x), f"{x:.17g}", f"{x:.17e}", f"{x:.17E}"]
+    if x == 0.0:
+        spellings += ["0e0", "0.0E+00", "0.000"]
+    elif x.is_integer():
+        spellings += [f"{x:.1f}", f"{int(x)}e0"]
+    # a float stays a float: never spelled as an integer
+    text = rng.choice([t for t in spellings if "." in t or "e" in t.lower()])
+    assert float(text) == x
+    return text
+
+
+def _string(s: str, rng: random.Random) -> str:
+    out = []
+    for c in s:
+        if c in '"\\' or ord(c) < 0x20:
+            out.append(json.dumps(c)[1:-1])
+        elif c == "/" and rng.random() < 0.5:
+            out.append("\\/")
+        elif rng.random() < 0.2:
+            out.append(json.dumps(c, ensure_ascii=True)[1:-1] if ord(c) > 0x7f
+                       else f"\\u{ord(c):04{rng.choice('xX')}}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def reencode(value, rng: random.Random, depth: int = 0) -> str:
+    """The same JSON value, spelled differently: key order, whitespace, float spelling,
+    string escapes."""
+    pad = rng.choice(["", " ", "\n" + "  " * depth, "\t"])
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        sep = rng.choice([",", ", ", ",\n", " ,"])
+        colon = rng.choice([":", ": ", " : "])
+        body = sep.join(f"{pad}{_string(k, rng)}{colon}{reencode(v, rng, depth + 1)}"
+                        for k, v in items)
+        return "{" + body + pad + "}"
+    if isinstance(value, list):
+        sep = rng.choice([",", ", ", ",\n"])
+        return "[" + sep.join(pad + reencode(v, rng, depth + 1) for v in value) + pad + "]"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return _float(value, rng)
+    if isinstance(value, int):
+        return str(value)
+    return _string(value, rng)
+
+
+@pytest.mark.parametrize("base", list(BASES))
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_harmless_reencoding_is_accepted(tmp_path_factory, base, seed):
+    original = load(base)
+    text = reencode(original, random.Random(seed))
+    assert json.loads(text) == original
+    path = tmp_path_factory.mktemp("reencoded") / "a.json"
+    path.write_text(text)
+    from pytest_sdbench.artifact import validate_path
+    report = validate_path(path)
+    assert report.ok, report.errors
+
+
+# ---- hostile JSON ----------------------------------------------------------------------
+
+def _write_hostile(tmp_path, kind: str):
+    path = tmp_path / f"{kind}.json"
+    if kind == "deep-arrays":
+        path.write_text("[" * 200_000 + "]" * 200_000)
+    elif kind == "deep-in-an-artifact":
+        d = load("cpu-v4")
+        text = json.dumps(d)
+        path.write_text(text[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif kind == "deep-objects":
+        path.write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
+    elif kind == "duplicate-key":
+        text = json.dumps(load("cpu-v4"))
+        path.write_text(text[:-1] + ', "run_id": "another"}')
+    elif kind == "duplicate-nested-key":
+        text = json.dumps(load("cpu-v4")).replace('"phase": "decode",',
+                                                  '"phase": "decode", "phase": "prefill",', 1)
+        path.write_text(text)
+    elif kind == "oversized":
+        with path.open("wb") as handle:   # sparse: the size is read, never the bytes
+            handle.truncate(200 << 20)
+    elif kind == "just-over-the-cap":
+        with path.open("wb") as handle:
+            handle.truncate(MAX_ARTIFACT_BYTES + 1)
+    elif kind == "huge-integer":
+        path.write_text('{"schema_version": ' + "9" * 100_000 + "}")
+    elif kind == "not-utf8":
+        path.write_bytes(b'{"run_id": "\xff\xfe"}')
+    return path
+
+
+HOSTILE = ["deep-arrays", "deep-in-an-artifact", "deep-objects", "duplicate-key",
+           "duplicate-nested-key", "oversized", "just-over-the-cap", "huge-integer",
+           "not-utf8"]
+REASON = {"deep-arrays": f"nested 200000 levels deep, over the cap of {MAX_JSON_DEPTH}",
+          "deep-in-an-artifact": "levels deep, over the cap",
+          "deep-objects": "nested 50000 levels deep",
+          "duplicate-key": "duplicate key 'run_id' in one JSON object",
+          "duplicate-nested-key": "duplicate key 'phase' in one JSON object",
+          "oversized": f"209715200 bytes, over the cap of {MAX_ARTIFACT_BYTES} bytes",
+          "just-over-the-cap": f"over the cap of {MAX_ARTIFACT_BYTES} bytes",
+          "huge-integer": "not usable JSON (ValueError: Exceeds the limit",
+          "not-utf8": "not UTF-8 text"}
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_hostile_json_exits_2_in_one_line_within_a_second(tmp_path, capsys, kind):
+    path = _write_hostile(tmp_path, kind)
+    started = time.perf_counter()
+    code = main(["validate", str(path)])
+    seconds = time.perf_counter() - started
+    out = capsys.readouterr()
+    assert code == 2
+    lines = out.out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"UNUSABLE {path}: "), out.out
+    assert REASON[kind] in lines[0]
+    assert not out.err
+    assert seconds < 1.0, f"{kind}: {seconds:.2f} s"
+
+
+def test_hostile_json_from_the_command_line_prints_no_traceback(tmp_path):
+    path = _write_hostile(tmp_path, "deep-arrays")
+    result = subprocess.run([sys.executable, "-m", "pytest_sdbench.cli", "validate", str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout.count("\n") == 1 and "Traceback" not in result.stderr + result.stdout
+
+
+def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
+    d = load("cpu-v4")
+    extra = MAX_REPORTED_VIOLATIONS + 7
+    d.update({f"forged_{i}": i for i in range(extra)})
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(d))
+    assert main(["validate", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"{extra} violation(s)")
+    assert sum(line.startswith("  - ") for line in lines) == MAX_REPORTED_VIOLATIONS
+    assert lines[-1] == "  ... and 7 more"
+
+
+def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
+    d = load("cpu-v4")
+    d["forged\nVALID everything"] = 1
+    path = tmp_path / "newline.json"
+    path.write_text(json.dumps(d))
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and "forged\\nVALID everything: unknown field" in out[1]
+
+
+def test_measured_sum_tolerance_is_relative():
+    """A sum that differs by float rounding only (order of addition) is accepted."""
+    d = load("cpu-v4")
+    d["measured_seconds"] = math.fsum(o["timing"]["seconds"] for _, o in observations(d)) * \
+        (1 + 1e-12)
+    assert validate_data(d).ok

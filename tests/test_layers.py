@@ -1,0 +1,94 @@
+"""The layers hold: the wire format imports nothing above it, the validator pulls in no
+engine, observer or collector and no vLLM, torch or jsonschema, and `sdbench validate`
+runs in a Python environment where none of the third-party packages is installed."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import forge
+
+ROOT = Path(__file__).parent.parent
+WIRE = ROOT / "pytest_sdbench" / "wire"
+THIRD_PARTY = ("vllm", "torch", "jsonschema", "hypothesis", "numpy", "pytest")
+ABOVE_THE_VALIDATOR = ("pytest_sdbench.engine", "pytest_sdbench.observer",
+                       "pytest_sdbench.collector", "pytest_sdbench.session",
+                       "pytest_sdbench.plugin", "pytest_sdbench.host")
+
+
+def _imports(path: Path):
+    """(module, level) of every import in a file, wherever it is (functions included)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, 0
+        elif isinstance(node, ast.ImportFrom):
+            yield node.module or "", node.level
+
+
+@pytest.mark.parametrize("path", sorted(WIRE.glob("*.py")), ids=lambda p: p.name)
+def test_wire_imports_nothing_above_it(path):
+    for module, level in _imports(path):
+        where = f"{path.name} imports {'.' * level}{module}"
+        assert level <= 1, f"{where}: above pytest_sdbench.wire"
+        if level == 0:
+            top = module.split(".")[0]
+            assert top in sys.stdlib_module_names, f"{where}: not the standard library"
+
+
+def _modules_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print('\\n'.join(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120, check=True)
+    return set(result.stdout.split())
+
+
+@pytest.mark.parametrize("statement", [
+    "import pytest_sdbench.artifact.validate",
+    "from pytest_sdbench.artifact import validate_path, read_json",
+    "import pytest_sdbench.wire.model, pytest_sdbench.wire.shape",
+])
+def test_the_validator_pulls_in_no_engine(statement):
+    loaded = _modules_after(statement)
+    banned = [m for m in loaded if m.split(".")[0] in THIRD_PARTY
+              or m.startswith(ABOVE_THE_VALIDATOR)]
+    assert not banned, f"{statement} loads {banned}"
+
+
+def test_sdbench_validate_runs_without_vllm(tmp_path):
+    """A venv of the bare interpreter (no pip, no site-packages of the project's
+    environment), the checkout on its path through a .pth file: vLLM, torch, jsonschema and
+    pytest are absent there, and `sdbench validate` still gives its verdicts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; "
+                           "print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "sdbench-checkout.pth").write_text(str(ROOT) + "\n")
+    probe = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in "
+                            f"{list(THIRD_PARTY)!r} if u.find_spec(m)])"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
+    assert probe.stdout.strip() == "[]", f"the bare venv has {probe.stdout}"
+    broken = forge.load("cpu-v4")
+    broken["decode"][0]["timing"]["source"] = "cuda_event"
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    (tmp_path / "deep.json").write_text("[" * 10_000 + "]" * 10_000)
+    for path, code, verdict in ((forge.BASES["cpu-v4"], 0, "VALID "),
+                                (forge.BASES["h200-graph-v3"], 0, "VALID "),
+                                (tmp_path / "broken.json", 1, "INVALID "),
+                                (tmp_path / "deep.json", 2, "UNUSABLE ")):
+        result = subprocess.run([str(python), "-m", "pytest_sdbench.cli", "validate", str(path)],
+                                capture_output=True, text=True, cwd=tmp_path, env=env,
+                                timeout=120)
+        assert result.returncode == code, result.stdout + result.stderr
+        assert result.stdout.startswith(verdict) and not result.stderr, result.stdout
