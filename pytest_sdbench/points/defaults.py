@@ -81,8 +81,9 @@ def derived_batches(limits: EngineLimits) -> list[int]:
 
 def derived_grid(limits: EngineLimits, acceptance_length: float | None = None) -> Grid:
     """The grid derived from the engine as it serves:
-    - decode: derived_batches x contexts 256, 1k, 4k, 16k, ... up to max_model_len (less
-      room for the run's output), where the batch's KV fits the capacity; on CUDA with
+    - decode: derived_batches x contexts 256, 1k, 4k, 16k, ... and the longest power of two
+      within max_model_len (less room for the run's output), where the batch's KV fits the
+      capacity; on CUDA with
       synthetic acceptance, the engine's AL everywhere plus AL 1 and K+1 at 1k context;
     - prefill: batches 1, 4, 16 x new tokens 64, 256, 1k, ... up to the step budget, with a
       cached prefix of 0 and of one share of the context (the new tokens' length, in whole
@@ -91,6 +92,9 @@ def derived_grid(limits: EngineLimits, acceptance_length: float | None = None) -
     room = 1 + 2 * (k + 1) + k + block
     contexts = [c for c in _log_spaced(256, limits.max_model_len, 4)
                 if c + room <= limits.max_model_len]
+    longest = 1 << (limits.max_model_len - room).bit_length() - 1   # a power of two
+    if contexts and longest > contexts[-1]:
+        contexts.append(longest)
     als: tuple[float | None, ...] = (acceptance_length,)
     decode = []
     for b in derived_batches(limits):
