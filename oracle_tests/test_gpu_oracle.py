@@ -32,7 +32,8 @@ def test_prefill_only_oracle(sdbench_collect, sdbench_engine):
     run = sdbench_collect("prefill")
     a = run.artifact
     assert a.status == STATUS_COMPLETE, a.coverage.skipped_points
-    assert a.prefill and not a.decode
+    assert a.prefill
+    assert not a.decode
     assert observation_violations(a) == []
     assert any(o.kv_seed_regime == "real_prefix" for o in a.prefill)
     assert restoration_violations(sdbench_engine) == []
@@ -86,7 +87,8 @@ def test_cuda_graph_batch_axis(sdbench_collect, sdbench_engine, sdbench_note):
                                    "acceptance_length": al} for b in axis]})
     run = sdbench_collect("decode", grid)
     a = run.artifact
-    assert a.status == STATUS_COMPLETE and observation_violations(a) == []
+    assert a.status == STATUS_COMPLETE
+    assert observation_violations(a) == []
     for obs in a.decode:
         tokens = obs.point.batch_size * (k + 1)
         sdbench_note(f"graph axis: B={obs.point.batch_size} ({tokens} tokens; captured sizes "

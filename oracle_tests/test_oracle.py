@@ -25,7 +25,8 @@ def test_collection_is_complete(sdbench_collection):
 
 def test_artifact_written_valid_and_in_schema(sdbench_collection):
     path = sdbench_collection.path
-    assert path.is_file() and path.suffix == ".json"
+    assert path.is_file()
+    assert path.suffix == ".json"
     report = validate_path(path)
     assert report.ok, report.errors
     jsonschema.validate(json.loads(path.read_text()), schema.load())

@@ -22,7 +22,8 @@ def test_validate_exit_codes(tmp_path, capsys):
     bad.write_text(json.dumps(broken))
     assert main(["validate", str(bad)]) == 1
     out = capsys.readouterr().out
-    assert "INVALID" in out and "decode[0].timing.source: 'cuda_event'" in out
+    assert "INVALID" in out
+    assert "decode[0].timing.source: 'cuda_event'" in out
     (tmp_path / "text.json").write_text("not json")
     assert main(["validate", str(tmp_path / "text.json")]) == 2
     assert main(["validate", str(tmp_path / "absent.json")]) == 2
@@ -38,7 +39,8 @@ def test_validate_prints_every_violation(tmp_path, capsys):
     assert main(["validate", str(bad)]) == 1
     out = capsys.readouterr().out
     assert "2 violation(s)" in out
-    assert "prefill[0].timing.seconds" in out and "decode[1].snapshot.booking" in out
+    assert "prefill[0].timing.seconds" in out
+    assert "decode[1].snapshot.booking" in out
 
 
 def test_validate_flags_k_outside_window(capsys):
@@ -54,7 +56,8 @@ def test_validate_marks_legacy(capsys):
 def test_show_prints_a_row_per_point(capsys):
     assert main(["show", str(REAL)]) == 0
     out = capsys.readouterr().out
-    assert out.count("prefill[") == 8 and out.count("decode[") == 4
+    assert out.count("prefill[") == 8
+    assert out.count("decode[") == 4
     assert "KV capacity: " in out
 
 

@@ -35,9 +35,11 @@ def test_each_mode_collects_exact_observations(sdbench_collect, small_grid, mode
     run = sdbench_collect(mode, small_grid)
     a = run.artifact
     assert (len(a.prefill), len(a.decode)) == (prefill, decode)
-    assert a.status == STATUS_COMPLETE and a.mode == mode
+    assert a.status == STATUS_COMPLETE
+    assert a.mode == mode
     assert observation_violations(a) == []
-    assert run.path.is_file() and validate_data(typed.encode(a)).ok
+    assert run.path.is_file()
+    assert validate_data(typed.encode(a)).ok
 
 
 def test_cached_prefix_point_is_a_verified_hit(sdbench_collect, small_grid, sdbench_engine):
@@ -97,7 +99,8 @@ def test_a_dropped_or_shifted_timing_sample_fails_its_point(sdbench_collect, sma
     a = run.artifact
     assert a.status == STATUS_PARTIAL
     (skipped,) = a.coverage.skipped_points
-    assert skipped.point_index == 0 and "no timing sample arrived" in skipped.reason
+    assert skipped.point_index == 0
+    assert "no timing sample arrived" in skipped.reason
     assert [o.point_index for o in a.prefill] == [1]
     assert observation_violations(a) == []
 

@@ -8,6 +8,7 @@ names the field and the value of every violation; it never repairs or guesses.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..wire import typed
@@ -38,8 +39,8 @@ from ..wire.contract import (
     TIMING_SCOPES,
 )
 from ..wire.identity import IdentityField
-from ..wire.model import Artifact
-from ..wire.points import grid_digest
+from ..wire.model import Artifact, Observation
+from ..wire.points import DecodePoint, PrefillPoint, grid_digest
 from ..wire.records import Snapshot
 from ..wire.shape import decode_mismatch, prefill_mismatch
 from ..wire.typed import digest
@@ -99,8 +100,9 @@ def _check(a: Artifact, report: Report) -> None:
     _check_header(a, err, report.legacy)
     _check_identity_and_kv(a, err, report.legacy)
     seen_ids: dict[int, str] = {}
-    for phase, observations, points in ((PHASE_PREFILL, a.prefill, a.grid.prefill),
-                                        (PHASE_DECODE, a.decode, a.grid.decode)):
+    phases: tuple[tuple[str, Sequence[Observation], Sequence[PrefillPoint | DecodePoint]], ...] = (
+        (PHASE_PREFILL, a.prefill, a.grid.prefill), (PHASE_DECODE, a.decode, a.grid.decode))
+    for phase, observations, points in phases:
         if observations and phase not in PHASES_BY_MODE.get(a.mode, ()):
             err(f"{phase}: mode {a.mode!r} measures no {phase} points, yet "
                 f"{len(observations)} observations are present")
