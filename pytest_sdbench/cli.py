@@ -143,6 +143,7 @@ def cmd_validate(args) -> int:
         marker = f" (legacy {report.legacy})" if report.legacy else ""
         if report.ok:
             a = report.artifact
+            assert a is not None  # a valid report carries its artifact
             print(f"VALID {path}{marker}: mode {a.mode}, status {a.status}, "
                   f"{a.coverage.completed}/{a.coverage.expected} points, device {a.device}")
         else:

@@ -12,6 +12,7 @@ import fcntl
 import os
 import tempfile
 from pathlib import Path
+from typing import IO
 
 from .wire.contract import CONTENTION_OTHER_CORES
 from .wire.model import RunEnvironment
@@ -29,7 +30,7 @@ class EngineRegistration:
 
     def __init__(self):
         self.path = registry_dir() / f"{os.getpid()}.lock"
-        self._handle = open(self.path, "w")  # noqa: SIM115 (held for the engine's lifetime)
+        self._handle: IO[str] | None = open(self.path, "w")  # noqa: SIM115 (held for the engine's lifetime)
         fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def close(self) -> None:

@@ -68,7 +68,7 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
     if acceptance_length is not None and device != "cuda":
         raise ValueError(f"{opt('acceptance-length')}: vLLM's synthetic rejection sampler runs "
                          f"on CUDA only; this machine has no CUDA device")
-    if model is not None:
+    if model is not None and draft is not None:  # both or neither (checked above)
         for name, path in (("model", model), ("draft", draft)):
             if not (Path(path) / "config.json").is_file():
                 raise ValueError(f"{opt(name)}: {path!r} is not a checkpoint directory with a "
@@ -191,5 +191,5 @@ def describe(run: CollectionRun) -> str:
 
 
 def _source(a: Artifact) -> str:
-    samples = [o.timing.source for o in (*a.prefill, *a.decode)]
+    samples = [o.timing.source for o in a.prefill] + [o.timing.source for o in a.decode]
     return samples[0] if samples else "none"

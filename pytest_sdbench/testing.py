@@ -8,12 +8,25 @@ violations (empty: fine).
 - restoration_violations(engine): after a benchmark the engine holds the attributes it held
   right after start-up (scheduler, worker and the CUDA-graph dispatcher) and serves an
   ordinary request as it did then. Every collection runs it after the observer's detach.
+
+And, to check native step times against a torch.profiler trace (another clock):
+
+- annotated_steps(llm): a profiler range per engine step, named by its native iteration ID;
+- traced_step_seconds(events, device): each annotated step's time by the trace's clock.
 """
 
 from __future__ import annotations
 
-from .wire.contract import BOOKING_MEASURED, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
+from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest.mock import patch
+
+from .wire.contract import BOOKING_MEASURED, DEVICE_CPU, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
 from .wire.shape import decode_mismatch, prefill_mismatch
+
+STEP_RANGE_PREFIX = "sdbench_step_"
 
 
 def observation_violations(artifact) -> list[str]:
@@ -65,3 +78,78 @@ def restoration_violations(engine) -> list[str]:
     if natural and after.tokens != engine.baseline.tokens:
         problems.append(f"greedy output changed: {after.tokens} vs {engine.baseline.tokens}")
     return problems
+
+
+@contextmanager
+def annotated_steps(llm) -> Iterator[None]:
+    """A torch.profiler range per engine step, named STEP_RANGE_PREFIX + its native
+    iteration ID: opened when the worker's execute_model is entered, closed when the step
+    ends (sample_tokens returns, or execute_model when it returns the output itself). Use it
+    inside an attached NativeObserver (it reads the observer's stamp); removed on exit."""
+    from torch.profiler import record_function
+
+    from .engine import compat
+    from .observer import STAMP_ATTR
+    worker = compat.worker(llm)
+    execute, sample = worker.execute_model, worker.sample_tokens
+    open_ranges: deque[Any] = deque()
+
+    def execute_model(scheduler_output, *args, **kwargs):
+        iid = getattr(scheduler_output, STAMP_ATTR, None)
+        scope = record_function(f"{STEP_RANGE_PREFIX}{iid}")
+        scope.__enter__()
+        try:
+            output = execute(scheduler_output, *args, **kwargs)
+        except BaseException:
+            scope.__exit__(None, None, None)
+            raise
+        if output is None:  # sampling and drafting follow in sample_tokens
+            open_ranges.append(scope)
+        else:
+            scope.__exit__(None, None, None)
+        return output
+
+    def sample_tokens(*args, **kwargs):
+        try:
+            return sample(*args, **kwargs)
+        finally:
+            if open_ranges:
+                open_ranges.popleft().__exit__(None, None, None)
+
+    with patch.object(worker, "execute_model", execute_model), \
+            patch.object(worker, "sample_tokens", sample_tokens):
+        yield
+
+
+def traced_step_seconds(events: Iterable[Any], device: str) -> dict[int, float]:
+    """Seconds per annotated step (native iteration ID -> seconds) in a torch.profiler
+    trace's events (prof.events()), by the trace's own clock.
+
+    On CPU: the host range around the step. On CUDA: the time the step holds the stream, by
+    the definition the native CUDA events follow: the step starts when the host enters it
+    or, when the stream is still busy with the previous step, when that step's last kernel
+    ends; it ends with its own last kernel. A step whose range holds no kernel is left out.
+    """
+    from torch.autograd import DeviceType
+    host: dict[int, tuple[float, float]] = {}
+    kernels: dict[int, tuple[float, float]] = {}
+    for event in events:
+        name = event.name
+        if not name.startswith(STEP_RANGE_PREFIX) or not name[len(STEP_RANGE_PREFIX):].isdigit():
+            continue
+        iid = int(name[len(STEP_RANGE_PREFIX):])
+        start, end = event.time_range.start, event.time_range.end
+        spans = {DeviceType.CPU: host, DeviceType.CUDA: kernels}.get(event.device_type)
+        if spans is not None:  # a range may come in pieces: take their outer bounds
+            lo, hi = spans.get(iid, (start, end))
+            spans[iid] = (min(lo, start), max(hi, end))
+    if device == DEVICE_CPU:
+        return {iid: (end - start) / 1e6 for iid, (start, end) in host.items()}
+    seconds: dict[int, float] = {}
+    previous_end = None
+    for iid in sorted(set(host) & set(kernels)):
+        entered, last = host[iid][0], kernels[iid][1]
+        start = entered if previous_end is None else max(entered, previous_end)
+        seconds[iid] = (last - start) / 1e6
+        previous_end = last
+    return seconds

@@ -2,7 +2,9 @@
 
 import json
 import subprocess
-import sys
+import sysconfig
+from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +25,8 @@ def test_validate_exit_codes(tmp_path, capsys):
     bad.write_text(json.dumps(broken))
     assert main(["validate", str(bad)]) == 1
     out = capsys.readouterr().out
-    assert "INVALID" in out and "decode[0].timing.source: 'cuda_event'" in out
+    assert "INVALID" in out
+    assert "decode[0].timing.source: 'cuda_event'" in out
     (tmp_path / "text.json").write_text("not json")
     assert main(["validate", str(tmp_path / "text.json")]) == 2
     assert main(["validate", str(tmp_path / "absent.json")]) == 2
@@ -39,7 +42,8 @@ def test_validate_prints_every_violation(tmp_path, capsys):
     assert main(["validate", str(bad)]) == 1
     out = capsys.readouterr().out
     assert "2 violation(s)" in out
-    assert "prefill[0].graph_mode" in out and "decode[1].snapshot.booking" in out
+    assert "prefill[0].graph_mode" in out
+    assert "decode[1].snapshot.booking" in out
 
 
 def test_validate_flags_k_outside_window(capsys):
@@ -55,7 +59,8 @@ def test_validate_marks_legacy(capsys):
 def test_show_prints_a_row_per_point(capsys):
     assert main(["show", str(REAL)]) == 0
     out = capsys.readouterr().out
-    assert out.count("prefill[") == 8 and out.count("decode[") == 4
+    assert out.count("prefill[") == 8
+    assert out.count("decode[") == 4
     assert "KV capacity: " in out
 
 
@@ -70,10 +75,30 @@ def test_compare_fails_on_regression(tmp_path, capsys):
     assert main(["compare", str(REAL), str(REAL), "--fail-above", "10"]) == 0
 
 
-def test_console_script_is_installed():
-    result = subprocess.run([sys.executable, "-m", "pytest_sdbench.cli", "validate", str(REAL)],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+def _sdbench() -> str:
+    """The `sdbench` console script that installing the package wrote beside this Python."""
+    script = Path(sysconfig.get_path("scripts")) / "sdbench"
+    assert script.is_file(), f"no console script at {script}: is pytest-sdbench installed?"
+    return str(script)
+
+
+def test_sdbench_entry_point_is_cli_main():
+    (entry,) = entry_points(group="console_scripts", name="sdbench")
+    assert entry.value == "pytest_sdbench.cli:main"
+    assert entry.load() is main
+
+
+def test_the_installed_sdbench_script_runs_and_passes_exit_codes_through(tmp_path):
+    ok = subprocess.run([_sdbench(), "validate", str(REAL)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert f"VALID {REAL}" in ok.stdout
+    broken = json.loads(REAL.read_text())
+    broken["decode"][0]["timing"]["source"] = "cuda_event"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(broken))
+    refused = subprocess.run([_sdbench(), "validate", str(bad)], capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stderr
+    assert f"INVALID {bad}" in refused.stdout
 
 
 def test_bad_k_window_is_a_usage_error(capsys):
@@ -104,7 +129,7 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path):
     grid.write_text(json.dumps({"decode": [{"batch_size": 2, "context_tokens": 64,
                                             "draft_depth": 3, "acceptance_length": None}]}))
     result = subprocess.run(
-        [sys.executable, "-m", "pytest_sdbench.cli", "collect", "--mode", "decode", "--model",
+        [_sdbench(), "collect", "--mode", "decode", "--model",
          str(target), "--draft", str(draft), "--grid", str(grid), "--out", str(tmp_path / "out"),
          "--engine-arg", "load_format=dummy", "--engine-arg", "max_model_len=1024",
          "--engine-arg", "kv_cache_memory_bytes=268435456", "--engine-arg", "block_size=32"],

@@ -7,7 +7,7 @@ import pytest
 
 from pytest_sdbench.artifact import validate_data
 from pytest_sdbench.contract import STATUS_COMPLETE, STATUS_PARTIAL
-from pytest_sdbench.observer import HostTimer, timer_for
+from pytest_sdbench.observer import timer_for
 from pytest_sdbench.points import parse_grid
 from pytest_sdbench.testing import observation_violations, restoration_violations
 from pytest_sdbench.wire import typed
@@ -35,9 +35,11 @@ def test_each_mode_collects_exact_observations(sdbench_collect, small_grid, mode
     run = sdbench_collect(mode, small_grid)
     a = run.artifact
     assert (len(a.prefill), len(a.decode)) == (prefill, decode)
-    assert a.status == STATUS_COMPLETE and a.mode == mode
+    assert a.status == STATUS_COMPLETE
+    assert a.mode == mode
     assert observation_violations(a) == []
-    assert run.path.is_file() and validate_data(typed.encode(a)).ok
+    assert run.path.is_file()
+    assert validate_data(typed.encode(a)).ok
 
 
 def test_cached_prefix_point_is_a_verified_hit(sdbench_collect, small_grid, sdbench_engine):
@@ -50,9 +52,29 @@ def test_cached_prefix_point_is_a_verified_hit(sdbench_collect, small_grid, sdbe
     assert [r.new_tokens for r in cached.snapshot.requests] == [2 * block, 2 * block]
 
 
-def test_engine_restored_and_serving_after_collection(sdbench_collect, small_grid,
-                                                      sdbench_engine):
-    sdbench_collect("agg", small_grid)
+def test_a_wrapper_left_behind_fails_the_collection(sdbench_collect, small_grid,
+                                                    sdbench_engine, monkeypatch):
+    """Every collection checks the engine's restoration after the observer's detach (so a
+    test that collects need not check it again). An observer that leaves its scheduler
+    wrapper in place fails the collection, naming the attribute."""
+    from pytest_sdbench.engine import compat
+    from pytest_sdbench.observer import NativeObserver
+    from pytest_sdbench.session import EngineNotRestored
+    sched = compat.scheduler(sdbench_engine.llm)
+    detach = NativeObserver.detach
+
+    def leaky_detach(self):
+        wrapper = sched.schedule
+        detach(self)
+        sched.schedule = wrapper
+
+    monkeypatch.setattr(NativeObserver, "detach", leaky_detach)
+    try:
+        with pytest.raises(EngineNotRestored, match=r"scheduler attributes differ: \['schedule'\]"):
+            sdbench_collect("prefill", small_grid)
+    finally:
+        vars(sched).pop("schedule", None)
+    monkeypatch.undo()
     assert restoration_violations(sdbench_engine) == []
 
 
@@ -87,8 +109,6 @@ class _Faulty:
 def test_a_dropped_or_shifted_timing_sample_fails_its_point(sdbench_collect, small_grid,
                                                             monkeypatch, fault):
     import pytest_sdbench.collector.collect as collect_module
-    if not isinstance(timer_for("cpu"), HostTimer):
-        pytest.skip("fault injection wraps the host timer")
     # Every prefill point runs warm-up then measured; each run is one step. Hit the measured
     # step of the first point (its 2nd timed step).
     monkeypatch.setattr(collect_module, "timer_for",
@@ -97,7 +117,8 @@ def test_a_dropped_or_shifted_timing_sample_fails_its_point(sdbench_collect, sma
     a = run.artifact
     assert a.status == STATUS_PARTIAL
     (skipped,) = a.coverage.skipped_points
-    assert skipped.point_index == 0 and "no timing sample arrived" in skipped.reason
+    assert skipped.point_index == 0
+    assert "no timing sample arrived" in skipped.reason
     assert [o.point_index for o in a.prefill] == [1]
     assert observation_violations(a) == []
 

@@ -839,7 +839,8 @@ def test_hostile_json_exits_2_in_one_line_within_a_second(tmp_path, capsys, kind
     out = capsys.readouterr()
     assert code == 2
     lines = out.out.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"UNUSABLE {path}: "), out.out
+    assert len(lines) == 1, out.out
+    assert lines[0].startswith(f"UNUSABLE {path}: "), out.out
     assert REASON[kind] in lines[0]
     assert not out.err
     assert seconds < 1.0, f"{kind}: {seconds:.2f} s"
@@ -850,7 +851,8 @@ def test_hostile_json_from_the_command_line_prints_no_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pytest_sdbench.cli", "validate", str(path)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert result.stdout.count("\n") == 1 and "Traceback" not in result.stderr + result.stdout
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr + result.stdout
 
 
 def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
@@ -873,7 +875,8 @@ def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
     path.write_text(json.dumps(d))
     assert main(["validate", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and "forged\\nVALID everything: unknown field" in out[1]
+    assert len(out) == 2
+    assert "forged\\nVALID everything: unknown field" in out[1]
 
 
 def test_measured_sum_tolerance_is_relative():

@@ -68,7 +68,8 @@ def test_digest_is_canonical_and_sensitive():
 def test_default_grids_have_whole_block_prefixes(block):
     for large in (False, True):
         grid = default_grid(3, block, large=large)
-        assert grid.prefill and grid.decode
+        assert grid.prefill
+        assert grid.decode
         assert all(p.cached_prefix_tokens % block == 0 for p in grid.prefill)
         assert any(p.cached_prefix_tokens for p in grid.prefill)
         assert all(p.new_tokens > block for p in grid.prefill if p.cached_prefix_tokens)

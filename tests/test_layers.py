@@ -91,4 +91,5 @@ def test_sdbench_validate_runs_without_vllm(tmp_path):
                                 capture_output=True, text=True, cwd=tmp_path, env=env,
                                 timeout=120)
         assert result.returncode == code, result.stdout + result.stderr
-        assert result.stdout.startswith(verdict) and not result.stderr, result.stdout
+        assert result.stdout.startswith(verdict), result.stdout
+        assert not result.stderr, result.stderr

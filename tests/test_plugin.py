@@ -3,6 +3,7 @@ xdist workers, and a clean shutdown. Engine runs go through subprocesses (one en
 
 import json
 import re
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -48,6 +49,21 @@ def test_markers_are_registered(pytester):
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.sdbench_vram(gib)*", "@pytest.mark.sdbench_cuda*",
                                  "@pytest.mark.sdbench_engine*"])
+
+
+def test_pytest_loads_the_plugin_through_its_entry_point(pytestconfig):
+    (entry,) = entry_points(group="pytest11", name="sdbench")
+    assert entry.value == "pytest_sdbench.plugin"
+    assert pytestconfig.pluginmanager.get_plugin("sdbench") is entry.load()
+
+
+def test_every_sdbench_fixture_has_a_docstring(pytester):
+    lines = pytester.runpytest("--fixtures").stdout.lines
+    fixtures = {line.split()[0]: lines[i + 1].strip() for i, line in enumerate(lines[:-1])
+                if line.startswith("sdbench_")}
+    assert {"sdbench_engine", "sdbench_collect", "sdbench_collection", "sdbench_grid",
+            "sdbench_note", "sdbench_engine_spec", "sdbench_k"} <= set(fixtures)
+    assert [name for name, doc in fixtures.items() if doc == "no docstring available"] == []
 
 
 def test_bad_mode_is_refused_naming_the_value(pytester):

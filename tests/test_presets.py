@@ -16,7 +16,8 @@ def test_presets_are_written_locally_and_concurrently_safe(tmp_path):
     target_cfg = json.loads((target / "config.json").read_text())
     draft_cfg = json.loads((draft / "config.json").read_text())
     preset = PRESETS["qwen3-0.6b"]
-    assert target_cfg["num_hidden_layers"] == 28 and target_cfg["vocab_size"] == 151936
+    assert target_cfg["num_hidden_layers"] == 28
+    assert target_cfg["vocab_size"] == 151936
     assert draft_cfg["architectures"] == ["LlamaForCausalLMEagle3"]
     assert draft_cfg["eagle_aux_hidden_state_layer_ids"] == list(preset.aux_layer_ids)
     assert len(set(preset.aux_layer_ids)) == 3  # three distinct aux layers

@@ -41,7 +41,8 @@ def test_repeats_are_observations_of_their_own_with_a_recomputable_summary(sdben
                                    "acceptance_length": None}]})
     run = sdbench_collect("agg", grid, repeats=3)
     a = run.artifact
-    assert a.status == STATUS_COMPLETE and a.measurement_policy.repeats == 3
+    assert a.status == STATUS_COMPLETE
+    assert a.measurement_policy.repeats == 3
     assert observation_violations(a) == []
     for phase in ("prefill", "decode"):
         observations = getattr(a, phase)

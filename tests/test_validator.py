@@ -24,7 +24,8 @@ def errors_of(data) -> str:
 def test_real_artifact_is_valid(cpu_artifact_data):
     report = validate_data(cpu_artifact_data)
     assert report.ok, report.errors
-    assert report.legacy is None and report.artifact.status == "complete"
+    assert report.legacy is None
+    assert report.artifact.status == "complete"
 
 
 def test_missing_observation(cpu_artifact_data):
@@ -120,7 +121,8 @@ def test_kv_capacity_or_identity_missing(cpu_artifact_data, part):
 def test_kv_capacity_altered(cpu_artifact_data):
     cpu_artifact_data["kv_capacity"]["num_blocks"] += 100
     text = errors_of(cpu_artifact_data)
-    assert "integrity.kv_capacity_digest" in text and "kv_capacity.tokens" in text
+    assert "integrity.kv_capacity_digest" in text
+    assert "kv_capacity.tokens" in text
 
 
 def test_identity_altered(cpu_artifact_data):
@@ -130,7 +132,8 @@ def test_identity_altered(cpu_artifact_data):
 
 def test_identity_guessed_field(cpu_artifact_data):
     revision = cpu_artifact_data["identity"]["target"]["revision"]
-    assert revision["status"] == "unresolved" and "revision" in revision["reason"]
+    assert revision["status"] == "unresolved"
+    assert "revision" in revision["reason"]
     revision.update(value="main")  # a guess left beside the reason
     assert "identity.target.revision: unresolved fields need a reason and no value" in \
         errors_of(cpu_artifact_data)
@@ -174,7 +177,8 @@ def test_draft_depth_outside_import_window_is_flagged_not_dropped(cpu_artifact_d
     report: Report = validate_data(cpu_artifact_data, k_window=(4, 5))
     assert report.ok
     assert len(report.artifact.decode) == 4
-    assert report.flags and "K=3 lies outside the import window K=4-5" in report.flags[0]
+    assert report.flags
+    assert "K=3 lies outside the import window K=4-5" in report.flags[0]
     assert not validate_data(cpu_artifact_data, k_window=(1, 5)).flags
 
 

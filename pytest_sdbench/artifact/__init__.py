@@ -13,5 +13,15 @@ def validate_path(path, k_window=DEFAULT_K_WINDOW) -> Report:
     return validate_data(read_json(path), k_window)
 
 
-__all__ = ["schema", "Artifact", "DEFAULT_K_WINDOW", "Report", "UnusableArtifact", "build_artifact",
-           "read_json", "validate_data", "validate_path", "write_artifact"]
+__all__ = [
+    "DEFAULT_K_WINDOW",
+    "Artifact",
+    "Report",
+    "UnusableArtifact",
+    "build_artifact",
+    "read_json",
+    "schema",
+    "validate_data",
+    "validate_path",
+    "write_artifact",
+]

@@ -25,6 +25,7 @@ from ..wire.contract import (
     WARMUP_MIN_PASSES,
     WARMUP_TOLERANCE,
     WARMUP_UNTIL_STABLE,
+    Status,
 )
 from ..wire.model import (
     Artifact,
@@ -44,7 +45,7 @@ from ..wire.points import grid_digest
 from ..wire.typed import digest
 
 
-def status_of(expected: int, completed: int) -> str:
+def status_of(expected: int, completed: int) -> Status:
     if completed == expected:
         return STATUS_COMPLETE
     return STATUS_PARTIAL if completed else STATUS_FAILED
@@ -62,7 +63,7 @@ def measurement_policy(mode: str, repeats: int, ranks: int) -> MeasurementPolicy
 
 
 def summaries(result) -> tuple[PointSummary, ...]:
-    out = []
+    out: list[PointSummary] = []
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         by_point: dict[int, list[float]] = {}
         for o in getattr(result, phase):

@@ -223,7 +223,8 @@ def _check_policy(a: Artifact, err: Err, legacy) -> None:
     # artifacts warmed up once (the reader states it so).
     want = ((WARMUP_SINGLE_PASS, 1, 1, 0.0) if legacy else
             (WARMUP_UNTIL_STABLE, WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE))
-    for name, expected in zip(("rule", "min_passes", "max_passes", "tolerance"), want):
+    names = ("rule", "min_passes", "max_passes", "tolerance")
+    for name, expected in zip(names, want, strict=True):
         got = getattr(warmup, name)
         if got != expected or type(got) is not type(expected):
             err(f"measurement_policy.warmup.{name}: {got!r}, the "

@@ -32,6 +32,7 @@ from ..wire.contract import (
     BOOKING_WARMUP,
     GENERATION_SAMPLING,
     GRAPH_EAGER,
+    GRAPH_MODES,
     KV_SEED_NONE,
     KV_SEED_REAL,
     PHASE_DECODE,
@@ -43,6 +44,7 @@ from ..wire.contract import (
     WARMUP_MAX_PASSES,
     WARMUP_MIN_PASSES,
     WARMUP_TOLERANCE,
+    GraphMode,
 )
 from ..wire.model import DecodeObservation, PrefillObservation, SkippedPoint, utc_now
 from ..wire.shape import decode_mismatch, prefill_mismatch
@@ -171,8 +173,13 @@ class Collector:
         return self.engine.fresh_tokens(n)
 
     # ---- runs -------------------------------------------------------------------------
+    def _attached(self) -> NativeObserver:
+        if self.observer is None:
+            raise RuntimeError("the collector's observer is not attached")
+        return self.observer
+
     def _run(self, prompts, max_tokens: int, booking: str):
-        with self.observer.window(booking) as window:
+        with self._attached().window(booking) as window:
             outputs = self.engine.generate(prompts, sampling_params(max_tokens))
         steps = [r for r in window.records if r.snapshot.phase != PHASE_IDLE]
         self.timed_seconds += sum(r.timing.seconds for r in window.records)
@@ -181,10 +188,13 @@ class Collector:
     def _provenance(self) -> Provenance:
         ident = self.engine.identity
         return Provenance(device=self.engine.device, device_name=str(ident.device_name.value),
-                          timer=TIMER_FOR_SOURCE[self.observer.timer.source])
+                          timer=TIMER_FOR_SOURCE[self._attached().timer.source])
 
-    def _graph_mode(self, record) -> str:
+    def _graph_mode(self, record) -> GraphMode:
         if record.graph_mode:
+            if record.graph_mode not in GRAPH_MODES:
+                raise PointFailed(f"iteration {record.native_iteration_id} ran in graph mode "
+                                  f"{record.graph_mode!r}, none of {GRAPH_MODES}")
             return record.graph_mode
         engine_mode = self.engine.identity.cudagraph_mode.value
         if engine_mode == "none":

@@ -11,6 +11,19 @@ from .launch import SdbenchEngine, ServingProbe, start_engine
 from .presets import AUTO_PRESET, DEFAULT_PRESET, PRESET_FOR_DEVICE, PRESETS, materialize
 from .spec import EngineSpec
 
-__all__ = ["AUTO_PRESET", "DEFAULT_PRESET", "PRESET_FOR_DEVICE", "PRESETS", "EngineSpec",
-           "ExecutionIdentity", "IdentityField", "KVCacheGroup", "KVCapacity", "ModelIdentity",
-           "SdbenchEngine", "ServingProbe", "materialize", "start_engine"]
+__all__ = [
+    "AUTO_PRESET",
+    "DEFAULT_PRESET",
+    "PRESETS",
+    "PRESET_FOR_DEVICE",
+    "EngineSpec",
+    "ExecutionIdentity",
+    "IdentityField",
+    "KVCacheGroup",
+    "KVCapacity",
+    "ModelIdentity",
+    "SdbenchEngine",
+    "ServingProbe",
+    "materialize",
+    "start_engine",
+]

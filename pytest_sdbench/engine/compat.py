@@ -122,7 +122,7 @@ def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:
     drafts = scheduler_output.scheduled_spec_decode_tokens or {}
     computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
     cached = scheduler_output.scheduled_cached_reqs
-    computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+    computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
     requests = sched.requests
     rows = []
     for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():

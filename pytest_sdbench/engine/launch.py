@@ -6,6 +6,7 @@ import gc
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..host import EngineRegistration
 from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
@@ -34,12 +35,12 @@ class ServingProbe:
 class SdbenchEngine:
     """A started engine and the facts resolved right after start-up."""
     spec: EngineSpec
-    llm: object
+    llm: Any    # vllm.LLM (imported lazily; None once shut down)
     device: str
     identity: ExecutionIdentity
     kv_capacity: KVCapacity
     start_seconds: float
-    baseline: "ServingProbe | None" = None
+    baseline: ServingProbe | None = None
     closed: bool = False
     registration: EngineRegistration | None = field(default=None, repr=False)
     prompt_rng: random.Random = field(default_factory=random.Random, repr=False)
@@ -85,7 +86,7 @@ class SdbenchEngine:
         return self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params,
                                  use_tqdm=False)
 
-    def probe(self) -> "ServingProbe":
+    def probe(self) -> ServingProbe:
         """Serve one ordinary greedy request and note the engine's installed attributes."""
         from vllm import SamplingParams
         span = self.vocab_size - FIRST_PROMPT_TOKEN

@@ -30,6 +30,7 @@ def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),
     """The built-in sweep. Cached prefixes are whole KV blocks (two), so that a real prefix
     is a cache hit of exactly that many tokens. Points whose batch would not fit the
     engine's token budget in one step are left out."""
+    batches: tuple[int, ...]
     if large:  # a real-width model on a GPU
         batches, news, contexts = (1, 4, 8), (128, 256), (256, 1024)
     else:      # the tiny preset on a CPU

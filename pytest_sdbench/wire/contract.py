@@ -3,12 +3,13 @@ timing sources and scopes, units, statuses, and the bounds the validator applies
 Everything else imports them from here.
 
 Each closed set of names is a ``Literal`` type (so that schema.json carries its values)
-and a tuple of its values read from that type, plus one constant per name.
+and a tuple of its values read from that type, plus one constant per name. A constant
+that a typed field receives is annotated with its ``Literal`` type, so that mypy checks it.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Final, Literal, TypedDict, get_args
 
 PACKAGE_NAME = "pytest-sdbench"
 ARTIFACT_KIND = "pytest-sdbench/spec-decode-profile"
@@ -27,7 +28,8 @@ Phase = Literal["prefill", "decode"]
 PHASE_PREFILL, PHASE_DECODE = get_args(Phase)
 PHASES: tuple[str, ...] = get_args(Phase)
 SnapshotPhase = Literal["prefill", "decode", "mixed", "idle"]
-PHASE_MIXED, PHASE_IDLE = "mixed", "idle"
+PHASE_MIXED: Final = "mixed"
+PHASE_IDLE: Final = "idle"
 PHASES_BY_MODE = {MODE_PREFILL: (PHASE_PREFILL,), MODE_DECODE: (PHASE_DECODE,),
                   MODE_AGG: (PHASE_PREFILL, PHASE_DECODE)}
 
@@ -53,7 +55,7 @@ BOOKINGS: tuple[str, ...] = get_args(Booking)
 
 # Timing samples.
 TimeUnit = Literal["s"]
-TIME_UNIT: str = get_args(TimeUnit)[0]
+TIME_UNIT: TimeUnit = get_args(TimeUnit)[0]
 Device = Literal["cpu", "cuda"]
 DEVICE_CPU, DEVICE_CUDA = get_args(Device)
 DEVICES: tuple[str, ...] = get_args(Device)
@@ -66,7 +68,7 @@ TIMER_FOR_SOURCE = {SOURCE_HOST_TIMER: "time.perf_counter_ns",
 # From the start of the worker's execute_model to the end of sample_tokens: target forward,
 # sampling, rejection and the EAGLE3 draft proposal of one iteration.
 TimingScope = Literal["worker_model_step"]
-SCOPE_MODEL_STEP: str = get_args(TimingScope)[0]
+SCOPE_MODEL_STEP: TimingScope = get_args(TimingScope)[0]
 TIMING_SCOPES: tuple[str, ...] = get_args(TimingScope)
 
 # The time of one step of a tensor-parallel engine: every rank times its own step; the
@@ -96,7 +98,7 @@ CLOCK_SLACK_SECONDS = 2.0
 KVSeedRegime = Literal["none", "real_prefix", "synthetic_prefix"]
 KV_SEED_NONE, KV_SEED_REAL, KV_SEED_SYNTHETIC = get_args(KVSeedRegime)
 KV_SEED_REGIMES: tuple[str, ...] = get_args(KVSeedRegime)
-KV_SEED_UNVERIFIED = "unverified"   # legacy (v1, v2) only: a prefix nobody verified
+KV_SEED_UNVERIFIED: Final = "unverified"   # legacy (v1, v2) only: a prefix nobody verified
 
 # Execution of a step as the engine reports it; CPU engines never capture graphs.
 GraphMode = Literal["eager", "piecewise", "full"]
@@ -130,14 +132,22 @@ STATUS_COMPLETE, STATUS_PARTIAL, STATUS_FAILED = get_args(Status)
 STATUSES: tuple[str, ...] = get_args(Status)
 
 # Every request the package sends (seeds, warm-ups, measured runs, the serving probe) uses
-# these generation sampling parameters; only max_tokens varies.
-GENERATION_SAMPLING = {"temperature": 0.0, "ignore_eos": True, "detokenize": False}
+# these generation sampling parameters; only max_tokens varies. Typed, so that mypy checks
+# them against vllm.SamplingParams where they are passed as keywords.
+class GenerationSampling(TypedDict):
+    temperature: float
+    ignore_eos: bool
+    detokenize: bool
+
+
+GENERATION_SAMPLING: Final[GenerationSampling] = {"temperature": 0.0, "ignore_eos": True,
+                                                  "detokenize": False}
 # The first token ids are special (pad, bos, eos) in most vocabularies; prompts avoid them.
 FIRST_PROMPT_TOKEN = 3
 
 SpecMethod = Literal["eagle3"]
-SPEC_METHOD_EAGLE3: str = get_args(SpecMethod)[0]
-SPEC_METHOD_NONE = "none"   # legacy v1 (autoregressive) artifacts only
+SPEC_METHOD_EAGLE3: SpecMethod = get_args(SpecMethod)[0]
+SPEC_METHOD_NONE: Final = "none"   # legacy v1 (autoregressive) artifacts only
 DEFAULT_DRAFT_DEPTH = 3
 # The draft depths a consumer (AISimulate) imports; K outside is kept and flagged.
 K_WINDOW = (1, 5)

@@ -91,7 +91,7 @@ class PointSummary:
     cv: float    # sample standard deviation / mean; 0 for a single sample
 
 
-def summarize(phase: str, point_index: int, seconds: Sequence[float]) -> PointSummary:
+def summarize(phase: Phase, point_index: int, seconds: Sequence[float]) -> PointSummary:
     """The one definition of a point's summary, used by the builder and the validator."""
     mean = statistics.fmean(seconds)
     cv = statistics.stdev(seconds) / mean if len(seconds) > 1 and mean > 0 else 0.0

@@ -46,7 +46,7 @@ class Grid:
     def __len__(self) -> int:
         return len(self.prefill) + len(self.decode)
 
-    def only(self, phases) -> "Grid":
+    def only(self, phases) -> Grid:
         return Grid(prefill=self.prefill if "prefill" in phases else (),
                     decode=self.decode if "decode" in phases else ())
 
@@ -69,11 +69,11 @@ def _point_errors(grid: Grid) -> list[str]:
             errors.append(f"decode[{i}].acceptance_length: must lie in [1, draft_depth+1 = "
                           f"{d.draft_depth + 1}], got {al}")
     for phase, points in (("prefill", grid.prefill), ("decode", grid.decode)):
-        seen: dict = {}
-        for i, p in enumerate(points):
-            if p in seen:
-                errors.append(f"{phase}[{i}]: duplicates {phase}[{seen[p]}]")
-            seen.setdefault(p, i)
+        seen: dict[object, int] = {}
+        for i, point in enumerate(points):
+            if point in seen:
+                errors.append(f"{phase}[{i}]: duplicates {phase}[{seen[point]}]")
+            seen.setdefault(point, i)
     return errors
 
 

@@ -83,7 +83,7 @@ def _decode(tp, value, path, errors):
         _fail(errors, path, tp, value)
         return None
     if get_origin(tp) is Literal:
-        if value not in get_args(tp) or type(value) is bool and True not in get_args(tp):
+        if value not in get_args(tp) or (type(value) is bool and True not in get_args(tp)):
             errors.append(f"{path}: expected {_type_name(tp)}, got {value!r:.60}")
         return value
     if tp is bool:
@@ -183,7 +183,7 @@ def _schema(tp, defs):
         return {"type": "array", "items": _schema(get_args(tp)[0], defs)}
     if origin is dict:
         return {"type": "object", "additionalProperties": _schema(get_args(tp)[1], defs)}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}  # placeholder against recursion
