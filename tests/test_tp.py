@@ -9,6 +9,7 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.contract import STATUS_COMPLETE
+from pytest_sdbench.wire.contract import CONTENTION_OTHER_CORES
 
 DOWNSTREAM = """
 import json
@@ -53,7 +54,9 @@ def test_tp2_profile_on_cpu(pytester):
     for o in (*a.prefill, *a.decode):
         assert len(o.timing.rank_seconds) == 2, o.timing
         assert o.timing.seconds == max(o.timing.rank_seconds) > 0
-    assert not a.environment.contended, a.environment.reason  # its own ranks are no contention
+    # Its own rank 1 (a busy core on this 2-core machine) is not contention. (Another engine
+    # may be alive: the outer session's, when the whole suite runs.)
+    assert a.environment.other_cpu_cores < CONTENTION_OTHER_CORES, a.environment
 
     rank0, rank1 = facts["outputs"]
     assert rank0 == rank1 and all(len(t) == 8 for t in rank0)
