@@ -10,7 +10,6 @@ batch axis. Every collection checks the engine's restoration itself
 import pytest
 
 from pytest_sdbench.contract import GRAPH_EAGER, STATUS_COMPLETE
-from pytest_sdbench.engine import compat
 from pytest_sdbench.points import parse_grid
 from pytest_sdbench.session import GRAPH_BATCHES
 from pytest_sdbench.testing import observation_violations
@@ -64,7 +63,11 @@ def test_decode_matrix_cell(sdbench_collect, sdbench_engine, sdbench_note, al):
 
 
 def _capture_sizes(engine) -> list[int]:
-    return sorted(compat.vllm_config(engine.llm).compilation_config.cudagraph_capture_sizes)
+    """As the started engine's config holds them (the identity; also under tensor parallel,
+    where the engine lives in the rank processes)."""
+    sizes = engine.identity.settings.cudagraph_capture_sizes
+    assert sizes.resolved, sizes.reason
+    return sorted(sizes.value)
 
 
 def _captured_batches(engine) -> list[int]:

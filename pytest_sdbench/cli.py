@@ -80,7 +80,8 @@ def cmd_collect(args) -> int:
                              vllm_defaults=args.vllm_defaults,
                              user_engine_args=user_engine_args(vars(args)),
                              target_revision=args.target_revision,
-                             draft_revision=args.draft_revision, cli=True) for k in args.k]
+                             draft_revision=args.draft_revision,
+                             tensor_parallel_size=args.tp, cli=True) for k in args.k]
     except ValueError as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE

@@ -66,12 +66,21 @@ def _busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_seconds() -> float:
+def _own_seconds(pids: tuple[int, ...] = ()) -> float:
+    """CPU seconds of this process and its waited-for children, plus those of `pids` (the
+    other ranks of a tensor-parallel engine), from /proc/<pid>/stat."""
     times = os.times()
-    return times.user + times.system
+    total = times.user + times.system
+    for pid in set(pids) - {os.getpid()}:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
-def _gpu_processes(gpu_indices: tuple[int, ...]) -> int | None:
+def _gpu_processes(gpu_indices: tuple[int, ...], own_pids: tuple[int, ...] = ()) -> int | None:
     if not gpu_indices:
         return None
     try:
@@ -83,20 +92,21 @@ def _gpu_processes(gpu_indices: tuple[int, ...]) -> int | None:
     for index in gpu_indices:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         pids |= {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
-    pids.discard(os.getpid())
-    return len(pids)
+    return len(pids - {os.getpid(), *own_pids})
 
 
 class HostMonitor:
     """Brackets a collection: other processes' mean CPU use over it, other engines and
     GPU processes at its end."""
 
-    def __init__(self, gpu_indices: tuple[int, ...] = ()):
+    def __init__(self, gpu_indices: tuple[int, ...] = (), own_pids: tuple[int, ...] = ()):
         self.gpu_indices = gpu_indices
+        self.own_pids = own_pids  # a tensor-parallel engine's rank processes
 
     def __enter__(self) -> HostMonitor:
         import time
-        self._t0, self._busy0, self._own0 = time.monotonic(), _busy_seconds(), _own_seconds()
+        self._t0, self._busy0 = time.monotonic(), _busy_seconds()
+        self._own0 = _own_seconds(self.own_pids)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -105,8 +115,9 @@ class HostMonitor:
     def environment(self) -> RunEnvironment:
         import time
         wall = max(time.monotonic() - self._t0, 1e-9)
-        other = max((_busy_seconds() - self._busy0) - (_own_seconds() - self._own0), 0.0) / wall
-        engines, gpus = other_engines(), _gpu_processes(self.gpu_indices)
+        own = _own_seconds(self.own_pids) - self._own0
+        other = max((_busy_seconds() - self._busy0) - own, 0.0) / wall
+        engines, gpus = other_engines(), _gpu_processes(self.gpu_indices, self.own_pids)
         reasons = []
         if engines:
             reasons.append(f"{engines} other sdbench engine(s) alive on this host")

@@ -140,6 +140,9 @@ OPTIONS: tuple[Option, ...] = (
            default=False, action="store_true"),
     Option("acceptance-length", "CUDA: synthetic acceptance length for decode points",
            type=float, metavar="AL"),
+    Option("tp", "tensor parallel size N: N rank processes, one device each, each running "
+           "the engine under vLLM's external_launcher; rank 0 writes the artifact "
+           "(default 1: one process)", default=1, type=positive_int, metavar="N"),
 )
 
 

@@ -77,7 +77,8 @@ def pytest_runtest_setup(item):
     mark = item.get_closest_marker("sdbench_vram")
     if mark is not None:
         gib = _vram_mark(mark)
-        sampler = vram.PeakSampler()
+        # every device of the engine: one per tensor-parallel rank
+        sampler = vram.PeakSampler(tuple(range(item.config.getoption("sdbench_tp"))))
         free = sampler.free_gib()
         if free < gib:
             pytest.skip(f"needs {gib} GiB of free CUDA memory; {free:.2f} GiB free")
@@ -105,13 +106,17 @@ def pytest_runtest_call(item):
         del item.stash[VRAM_SAMPLER]
     gib = _vram_mark(item.get_closest_marker("sdbench_vram"))
     peak = sampler.peak_gib
-    line = (f"{item.nodeid}: NVML peak {peak:.2f} GiB used on the device while it ran "
-            f"(mark {gib} GiB; {sampler.baseline_bytes / vram.GIB:.2f} GiB in use before)")
-    item.config.stash[SUMMARY]["vram"].append(line)
+    for index, device_peak in sampler.peaks_gib.items():
+        line = (f"{item.nodeid}: NVML peak {device_peak:.2f} GiB used on device {index} while "
+                f"it ran (mark {gib} GiB; {sampler.baseline_bytes[index] / vram.GIB:.2f} GiB "
+                "in use before)")
+        item.config.stash[SUMMARY]["vram"].append(line)
     item.user_properties.append(("sdbench_vram_peak_gib", round(peak, 3)))
-    if peak > gib:
-        pytest.fail(f"peak device memory {peak:.2f} GiB exceeds the sdbench_vram mark of "
-                    f"{gib} GiB")
+    over = {i: p for i, p in sampler.peaks_gib.items() if p > gib}
+    if over:
+        pytest.fail("peak device memory exceeds the sdbench_vram mark of "
+                    f"{gib} GiB: " + ", ".join(f"device {i}: {p:.2f} GiB"
+                                               for i, p in over.items()))
     return result
 
 
@@ -174,7 +179,8 @@ def sdbench_engine_spec(pytestconfig, sdbench_k):
             user_engine_args=user_engine_args({"engine_config": opt("sdbench_engine_config"),
                                                "engine_arg": opt("sdbench_engine_arg")}),
             target_revision=opt("sdbench_target_revision"),
-            draft_revision=opt("sdbench_draft_revision"))
+            draft_revision=opt("sdbench_draft_revision"),
+            tensor_parallel_size=opt("sdbench_tp"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -15,8 +15,9 @@ import jsonschema
 
 from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
 from .collector import CollectionResult, Collector
-from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize
+from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE
+from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text
 from .host import HostMonitor
 from .options import spelled
@@ -141,15 +142,27 @@ def artifact_name(mode: str, run_id: str, worker: str | None) -> str:
 def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
                         worker: str | None = None, progress=None,
                         decode_tokens: int | None = None, repeats: int = 1) -> CollectionRun:
-    """Collect, build the artifact, check it against the validator and the published JSON
+    """Collect (under tensor parallel, on every rank; rank 0 returns the run), build the
+    artifact, check it against the validator and the published JSON
     Schema, and write it atomically. An artifact either refuses is written as
-    ``*.invalid.json`` and raised as InvalidArtifact."""
-    with HostMonitor(engine.gpu_indices) as monitor:
+    ``*.invalid.json`` and raised as InvalidArtifact.
+
+    A tensor-parallel engine's proxy runs this on every rank (the same collection, SPMD);
+    rank 0 builds, checks and writes the artifact, the other ranks return None."""
+    if isinstance(engine, TensorParallelEngine):
+        return engine.collect_to_artifact(mode, grid, out_dir, worker=worker, progress=progress,
+                                          decode_tokens=decode_tokens, repeats=repeats)
+    # Every rank's devices and processes belong to this engine, not to its contention.
+    peers = ranks.gather_from_ranks((os.getpid(), tuple(engine.gpu_indices)))
+    gpus = tuple(i for _, indices in peers for i in indices)
+    with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
         result = Collector(engine, progress=progress, decode_tokens=decode_tokens,
                            repeats=repeats).collect(mode, grid)
-    problems = restoration_violations(engine)
+    problems = restoration_violations(engine)  # every rank's, on every rank
     if problems:
         raise EngineNotRestored("after the collection: " + "; ".join(problems))
+    if ranks.rank() != 0:  # only rank 0's run reaches the caller (the TP proxy)
+        return None  # type: ignore[return-value]
     artifact = build_artifact(result, engine, monitor.environment(), worker=worker)
     data = typed.encode(artifact)
     report = validate_data(data)

@@ -57,8 +57,26 @@ def observation_violations(artifact) -> list[str]:
 
 
 def restoration_violations(engine) -> list[str]:
-    """After a benchmark: the engine holds what it held at start-up and serves the same."""
+    """After a benchmark: the engine holds what it held at start-up and serves the same.
+    Tensor parallel: every rank checks its own engine, and the ranks must serve the same
+    greedy output; each problem names its rank."""
+    ranked = getattr(engine, "rank_restoration_violations", None)
+    if ranked is not None:  # the proxy of a tensor-parallel engine: the ranks check
+        return ranked()
+    from .engine.ranks import gather_from_ranks
     after = engine.probe()
+    by_rank = gather_from_ranks((_violations(engine, after), after.tokens))
+    if len(by_rank) == 1:
+        return by_rank[0][0]
+    problems = [f"rank {r}: {p}" for r, (found, _) in enumerate(by_rank) for p in found]
+    tokens = [t for _, t in by_rank]
+    if any(t != tokens[0] for t in tokens):
+        problems.append("the ranks served different greedy outputs: " + "; ".join(
+            f"rank {r}: {list(t)}" for r, t in enumerate(tokens)))
+    return problems
+
+
+def _violations(engine, after) -> list[str]:
     problems = []
     if after.scheduler_attrs != engine.baseline.scheduler_attrs:
         problems.append(f"scheduler attributes differ: "

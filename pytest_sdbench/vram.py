@@ -1,5 +1,7 @@
 """Device memory for the VRAM marker: free memory before a test, NVML peak while it runs.
-NVML's used memory is sampled on a thread, since NVML keeps no per-process peak."""
+NVML's used memory is sampled on a thread, since NVML keeps no per-process peak. A
+tensor-parallel engine has one device per rank; each is sampled, and the mark applies to
+each device."""
 
 from __future__ import annotations
 
@@ -17,28 +19,38 @@ def cuda_available() -> bool:
 
 
 class PeakSampler:
-    """Samples the device's used memory every `interval` seconds; `peak_gib` is the max."""
+    """Samples the devices' used memory every `interval` seconds; `peaks_gib` is each
+    device's max, `peak_gib` the largest of them."""
 
-    def __init__(self, device_index: int = 0, interval: float = 0.005):
+    def __init__(self, device_indices: tuple[int, ...] = (0,), interval: float = 0.005):
         import pynvml
+        if not device_indices:
+            raise ValueError("device_indices: sample at least one device, got none")
         pynvml.nvmlInit()
         self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        self._handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in device_indices}
         self._interval = interval
         self._stop = threading.Event()
         self.baseline_bytes = self.used_bytes()
-        self.peak_bytes = self.baseline_bytes
+        self.peak_bytes = dict(self.baseline_bytes)
         self._thread = threading.Thread(target=self._run, daemon=True, name="sdbench-vram")
 
-    def used_bytes(self) -> int:
-        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+    def used_bytes(self) -> dict[int, int]:
+        return {i: int(self._nvml.nvmlDeviceGetMemoryInfo(h).used)
+                for i, h in self._handles.items()}
 
     def free_gib(self) -> float:
-        return self._nvml.nvmlDeviceGetMemoryInfo(self._handle).free / GIB
+        """The least free memory of the devices."""
+        return min(self._nvml.nvmlDeviceGetMemoryInfo(h).free for h in self._handles.values()
+                   ) / GIB
+
+    def _sample(self) -> None:
+        for i, used in self.used_bytes().items():
+            self.peak_bytes[i] = max(self.peak_bytes[i], used)
 
     def _run(self):
         while not self._stop.wait(self._interval):
-            self.peak_bytes = max(self.peak_bytes, self.used_bytes())
+            self._sample()
 
     def __enter__(self):
         self._thread.start()
@@ -47,8 +59,12 @@ class PeakSampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.peak_bytes = max(self.peak_bytes, self.used_bytes())
+        self._sample()
+
+    @property
+    def peaks_gib(self) -> dict[int, float]:
+        return {i: b / GIB for i, b in self.peak_bytes.items()}
 
     @property
     def peak_gib(self) -> float:
-        return self.peak_bytes / GIB
+        return max(self.peaks_gib.values())

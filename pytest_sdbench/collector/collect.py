@@ -21,9 +21,9 @@ import statistics
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..engine import compat
+from ..engine import compat, ranks
 from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
 from ..points import DecodePoint, Grid, GridError, PrefillPoint
 from ..wire.contract import (
@@ -179,11 +179,37 @@ class Collector:
         return self.observer
 
     def _run(self, prompts, max_tokens: int, booking: str):
-        with self._attached().window(booking) as window:
-            outputs = self.engine.generate(prompts, sampling_params(max_tokens))
+        missing, outputs = None, None
+        try:
+            with self._attached().window(booking) as window:
+                outputs = self.engine.generate(prompts, sampling_params(max_tokens))
+        except TimingMissing as exc:
+            if ranks.world_size() == 1:
+                raise
+            missing = str(exc)  # raised below on every rank, once the ranks have met
+        self._agree(window.records, prompts, missing)
         steps = [r for r in window.records if r.snapshot.phase != PHASE_IDLE]
         self.timed_seconds += sum(r.timing.seconds for r in window.records)
         return steps, outputs
+
+    @staticmethod
+    def _agree(records, prompts, missing: str | None) -> None:
+        """Tensor parallel: every rank hands in its window; the ranks must agree on the
+        prompts and every snapshot, and each step's time becomes the slowest rank's, every
+        rank's own kept. Every rank computes the same, so all raise or go on together."""
+        if ranks.world_size() == 1:
+            return
+        windows = ranks.gather_from_ranks(ranks.rank_window(records, prompts, missing))
+        try:
+            times = ranks.join_ranks(windows)
+        except ranks.RankTimingMissing as exc:
+            raise TimingMissing(str(exc)) from None
+        except ranks.RankDisagreement as exc:
+            raise PointFailed(str(exc)) from None
+        for record in records:
+            per_rank = times[record.native_iteration_id]
+            record.timing = replace(record.timing, seconds=ranks.step_seconds(per_rank),
+                                    rank_seconds=per_rank)
 
     def _provenance(self) -> Provenance:
         ident = self.engine.identity

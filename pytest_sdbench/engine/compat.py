@@ -19,6 +19,12 @@ IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
 BLOCK_SIZE = {"cpu": 32, "cuda": 16}
 
 
+# Tensor parallel (external_launcher): the all-reduce paths known to work between ranks of
+# one host; NVLink multicast (NVLS) and the torch symmetric-memory all-reduce are left off.
+TENSOR_PARALLEL_ENV = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "NCCL_NVLS_ENABLE": "0"}
+EXTERNAL_LAUNCHER = "external_launcher"
+
+
 def prepare_environment() -> None:
     for key, value in IN_PROCESS_ENV.items():
         os.environ[key] = value
@@ -89,6 +95,9 @@ def engine_kwargs(spec, device: str) -> dict:
                         synthetic_acceptance_length=spec.synthetic_acceptance_length)
     kwargs = dict(model=spec.target, skip_tokenizer_init=True, enable_prefix_caching=True,
                   speculative_config=spec_cfg, disable_log_stats=False, seed=spec.seed)
+    if spec.tensor_parallel_size > 1:  # this process is one rank; its engine core runs here
+        kwargs.update(tensor_parallel_size=spec.tensor_parallel_size,
+                      distributed_executor_backend=EXTERNAL_LAUNCHER)
     kwargs.update({name: getattr(spec, name) for name in SPEC_SETTINGS
                    if getattr(spec, name) is not None})
     if spec.enforce_eager is False and spec.cudagraph_capture_sizes:
@@ -215,7 +224,9 @@ def kv_bytes_per_token(llm):
 
 
 def communication(llm):
-    """The collective backend between the engine's ranks, and its version."""
+    """The collective backend between the engine's ranks, its version, whether the TP group
+    runs vLLM's custom all-reduce, and the backend of the world CPU group (where the
+    package gathers its per-rank records)."""
     from ..wire.identity import IdentityField
     parallel = vllm_config(llm).parallel_config
     if parallel.world_size <= 1:
@@ -223,12 +234,26 @@ def communication(llm):
     import torch.distributed as dist
     if not dist.is_initialized():
         return IdentityField.unknown("torch.distributed is not initialised in this process")
+    from vllm.distributed import parallel_state
     backend = str(dist.get_backend())
     if backend == "nccl":
         import torch
-        version = ".".join(str(x) for x in torch.cuda.nccl.version())
-        return IdentityField.of(f"nccl {version}", "torch.cuda.nccl.version()")
-    return IdentityField.of(backend, "torch.distributed.get_backend()")
+        backend = "nccl " + ".".join(str(x) for x in torch.cuda.nccl.version())
+    communicator = parallel_state.get_tp_group().device_communicator
+    custom = getattr(communicator, "ca_comm", None)
+    if custom is not None and not getattr(custom, "disabled", True):
+        all_reduce = "custom all-reduce on"
+    elif backend.startswith("nccl"):
+        all_reduce = "custom all-reduce off"
+    else:  # CPU: shared-memory all-reduce (_CPUSHMDistributed) or torch.distributed
+        module = getattr(communicator, "dist_module", None)
+        all_reduce = f"all-reduce {getattr(module, '__name__', type(module).__name__)}"
+    cpu = dist.get_backend(parallel_state.get_world_group().cpu_group)
+    return IdentityField.of(
+        f"{backend}; {type(communicator).__name__}, {all_reduce}; world cpu group {cpu}",
+        "torch.distributed.get_backend(), torch.cuda.nccl.version(), "
+        "parallel_state.get_tp_group().device_communicator(.ca_comm.disabled), "
+        "get_world_group().cpu_group")
 
 
 def attention_backends(llm) -> list[str]:

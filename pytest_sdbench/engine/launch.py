@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any
 from ..host import EngineRegistration
 from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from ..wire.identity import ExecutionIdentity, KVCapacity
-from . import compat
+from . import compat, ranks
 from .facts import resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
 
@@ -126,7 +127,17 @@ class SdbenchEngine:
                 torch.cuda.empty_cache()
 
 
-def start_engine(spec: EngineSpec) -> SdbenchEngine:
+def start_engine(spec: EngineSpec):
+    """The started engine of `spec`: in this process, or, for tensor_parallel_size > 1, in
+    that many rank processes behind a TensorParallelEngine (engine/tp.py). A rank process
+    itself (RANK_SERVER_ENV set) starts its own rank's engine here."""
+    from .tp import RANK_SERVER_ENV, TensorParallelEngine
+    if spec.tensor_parallel_size > 1 and not os.environ.get(RANK_SERVER_ENV):
+        return TensorParallelEngine.start(spec)
+    return start_local_engine(spec)
+
+
+def start_local_engine(spec: EngineSpec) -> SdbenchEngine:
     compat.prepare_environment()
     from vllm import LLM  # imported late: the environment above must be set first
     device = compat.device_type()
@@ -137,6 +148,7 @@ def start_engine(spec: EngineSpec) -> SdbenchEngine:
     engine = SdbenchEngine(spec=spec, llm=llm, device=device, prompt_rng=random.Random(spec.seed),
                            identity=resolve_identity(llm, spec),
                            kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)
-    engine.registration = EngineRegistration()
+    if ranks.rank() == 0:  # one registry entry per engine, however many ranks it has
+        engine.registration = EngineRegistration()
     engine.baseline = engine.probe()
     return engine

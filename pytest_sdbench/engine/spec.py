@@ -31,6 +31,9 @@ class EngineSpec:
     synthetic_acceptance_length: float | None = None  # CUDA only: vLLM's synthetic sampler
     async_scheduling: bool | None = None
     seed: int = 0
+    # Tensor parallel: N rank processes, each running the engine in-process under vLLM's
+    # external_launcher (engine/tp.py starts them); 1: the single-process executor.
+    tensor_parallel_size: int = 1
     target_revision: str | None = None  # given by the user (recorded with source 'user')
     draft_revision: str | None = None
     extra: dict = field(default_factory=dict, hash=False)  # further LLM(...) arguments
@@ -43,6 +46,9 @@ class EngineSpec:
                 else ACCEPTANCE_SYNTHETIC)
 
     def __post_init__(self):
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size: must be >= 1, got "
+                             f"{self.tensor_parallel_size}")
         if self.draft_depth < 1:
             raise ValueError(f"draft_depth: must be >= 1, got {self.draft_depth}")
         al = self.synthetic_acceptance_length

@@ -1,0 +1,357 @@
+"""A tensor-parallel engine: N rank processes, each running the engine in-process under
+vLLM's external_launcher (its own engine core, scheduler, executor and driver worker), and
+the proxy the pytest session and the CLI hold in their place.
+
+The ranks are plain Python processes (``python -m pytest_sdbench.engine.rank_server``) with
+the environment torchrun would give them (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
+OMP_NUM_THREADS=1): vLLM's external_launcher reads only these. The proxy sends every
+command to every rank and waits for all of them: vLLM's engine is SPMD, so every
+generate, probe and collection must run identically on all ranks (a command on one rank
+only would wait forever in the first collective). Rank 0 reports progress and writes the
+artifact. A rank that dies ends the others; shutdown() ends every rank process and what
+it started, and removes the CPU shared-memory segments they leave behind.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Listener, wait
+from pathlib import Path
+from typing import Any
+
+from ..wire.identity import ExecutionIdentity, KVCapacity
+from .launch import ServingProbe
+from .spec import EngineSpec
+
+# Set in a rank process: where the proxy listens (host:port); its key in AUTHKEY_ENV.
+RANK_SERVER_ENV, AUTHKEY_ENV = "SDBENCH_RANK_SERVER", "SDBENCH_RANK_AUTHKEY"
+START_TIMEOUT_S, STOP_TIMEOUT_S = 900.0, 60.0
+_LOG_TAIL = 3000
+
+
+class RankFailed(RuntimeError):
+    """A rank process died, or a command failed on a rank."""
+
+
+@dataclass(frozen=True)
+class RankStarted:
+    """What a rank reports once its engine has started."""
+    rank: int
+    pid: int
+    device: str
+    gpu_indices: tuple[int, ...]
+    identity: ExecutionIdentity
+    kv_capacity: KVCapacity
+    start_seconds: float
+    baseline: ServingProbe
+    vocab_size: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def stale_cpu_shm(uid: int | None = None) -> list[Path]:
+    """vLLM CPU's shared-memory all-reduce segments (/dev/shm/*cpushm*) of this user that no
+    live process maps: left by a killed TP run, they make the next one fail (errno 17)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return []
+    uid = os.getuid() if uid is None else uid
+    ours = [p for p in shm.iterdir() if "cpushm" in p.name and p.is_file()
+            and p.stat().st_uid == uid]
+    if not ours:
+        return []
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.split(None, 5)[-1].strip() for line in maps.read_text()
+                          .splitlines() if "/dev/shm/" in line)
+        except OSError:
+            continue
+    return [p for p in ours if str(p) not in mapped]
+
+
+def remove_stale_cpu_shm() -> None:
+    for path in stale_cpu_shm():
+        path.unlink(missing_ok=True)
+
+
+class TensorParallelEngine:
+    """The proxy of a started tensor-parallel engine: the facts rank 0 resolved, and
+    commands that every rank runs. Same surface as SdbenchEngine, less `.llm` (the engine
+    lives in the rank processes)."""
+
+    def __init__(self, spec: EngineSpec, procs: list[subprocess.Popen],
+                 conns: list[Connection], logs: list[Path], started: list[RankStarted]):
+        self.spec = spec
+        self._procs, self._conns, self._logs = procs, conns, logs
+        self.ranks = started
+        first = started[0]
+        self.device: str = first.device
+        self.identity: ExecutionIdentity = first.identity
+        self.kv_capacity: KVCapacity = first.kv_capacity
+        self.start_seconds = max(s.start_seconds for s in started)
+        self.baseline = first.baseline
+        self.vocab_size = first.vocab_size
+        self.closed = False
+        # Ends the ranks if this process exits without shutdown() (atexit runs it).
+        self._finalizer = weakref.finalize(self, _end, procs, logs, conns)
+
+    # ---- start -------------------------------------------------------------------------
+    @classmethod
+    def start(cls, spec: EngineSpec) -> TensorParallelEngine:
+        n = spec.tensor_parallel_size
+        remove_stale_cpu_shm()
+        authkey = secrets.token_bytes(16)
+        listener = Listener(("127.0.0.1", 0), authkey=authkey)
+        host, port = listener.address
+        log_dir = Path(tempfile.mkdtemp(prefix="sdbench-tp-"))
+        master_port = _free_port()
+        procs, logs = [], []
+        for rank in range(n):
+            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
+                   "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+                   RANK_SERVER_ENV: f"{host}:{port}", AUTHKEY_ENV: authkey.hex(),
+                   "PYTHONPATH": os.pathsep.join(
+                       [_package_root(), *filter(None, [os.environ.get("PYTHONPATH")])])}
+            env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it for each rank
+            log = log_dir / f"rank{rank}.log"
+            logs.append(log)
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "pytest_sdbench.engine.rank_server"], env=env,
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
+        conns: list[Connection | None] = [None] * n
+        try:
+            cls._accept(listener, procs, conns, logs)
+            started = _Pending(procs, conns, logs).call("start", timeout=START_TIMEOUT_S,
+                                                        spec=spec)
+        except BaseException:
+            _end(procs, logs, conns)
+            raise
+        finally:
+            listener.close()
+        engine = cls(spec, procs, [c for c in conns if c is not None], logs, started)
+        try:
+            engine._check_same_tokens([s.baseline.tokens for s in started], "start-up probe")
+        except BaseException:
+            engine.shutdown()
+            raise
+        return engine
+
+    @staticmethod
+    def _accept(listener: Listener, procs, conns, logs) -> None:
+        """Each rank connects first thing and says which rank it is; a rank that dies
+        before it does fails the start, not a wait forever."""
+        def accept_all():
+            for _ in procs:
+                try:
+                    conn = listener.accept()
+                except OSError:
+                    return
+                _kind, rank, _pid = conn.recv()
+                conns[rank] = conn
+        thread = threading.Thread(target=accept_all, daemon=True, name="sdbench-tp-accept")
+        thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while thread.is_alive():
+            thread.join(0.2)
+            dead = [r for r, p in enumerate(procs) if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RankFailed(f"rank(s) {dead or 'all'} did not connect: "
+                                 + _tails(logs, dead or range(len(procs))))
+
+    # ---- the engine's surface -----------------------------------------------------------
+    @property
+    def llm(self):
+        raise AttributeError(f"a tensor-parallel engine (tensor_parallel_size="
+                             f"{self.spec.tensor_parallel_size}) runs in its rank processes; "
+                             "this process holds no vLLM LLM object")
+
+    @property
+    def block_size(self) -> int:
+        return self.kv_capacity.block_size
+
+    def _setting(self, name: str) -> int:
+        field = getattr(self.identity.settings, name)
+        if not field.resolved:
+            raise RuntimeError(f"engine setting {name} is unresolved: {field.reason}")
+        return int(field.value)
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self._setting("max_num_seqs")
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self._setting("max_num_batched_tokens")
+
+    @property
+    def max_model_len(self) -> int:
+        return self._setting("max_model_len")
+
+    @property
+    def acceptance_control(self) -> str:
+        return self.spec.acceptance_control
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """The CUDA devices of every rank (none on CPU)."""
+        return tuple(i for s in self.ranks for i in s.gpu_indices)
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(p.pid for p in self._procs)
+
+    def _call(self, command: str, progress=None, **kwargs):
+        if self.closed:
+            raise RuntimeError("engine is shut down")
+        return _Pending(self._procs, self._conns, self._logs).call(
+            command, progress=progress, **kwargs)
+
+    def probe(self) -> ServingProbe:
+        """Every rank serves the probe request; rank 0's probe, once all served the same."""
+        probes = self._call("probe")
+        self._check_same_tokens([p.tokens for p in probes], "probe")
+        return probes[0]
+
+    def rank_outputs(self, prompts: list[list[int]], max_tokens: int) -> list[list[tuple]]:
+        """Every rank's greedy output tokens of the same prompts, by rank."""
+        return self._call("generate", prompts=prompts, max_tokens=max_tokens)
+
+    def rank_restoration_violations(self) -> list[str]:
+        """testing.restoration_violations on every rank (each rank checks its own engine and
+        the ranks compare their served tokens); rank 0 holds every rank's problems."""
+        return self._call("restoration")[0]
+
+    def collect_to_artifact(self, mode, grid, out_dir, worker=None, progress=None,
+                            decode_tokens=None, repeats=1):
+        """session.collect_to_artifact on every rank; rank 0 writes the artifact and returns
+        the CollectionRun."""
+        return self._call("collect", progress=progress, mode=mode, grid=grid,
+                          out_dir=str(out_dir), worker=worker, decode_tokens=decode_tokens,
+                          repeats=repeats)[0]
+
+    def _check_same_tokens(self, tokens: list, what: str) -> None:
+        if any(t != tokens[0] for t in tokens[1:]):
+            raise RankFailed(f"the ranks served different greedy outputs in the {what}: "
+                             + "; ".join(f"rank {r}: {list(t)}" for r, t in enumerate(tokens)))
+
+    def shutdown(self) -> None:
+        """Every rank shuts its engine down and exits; whatever is left is killed. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            _Pending(self._procs, self._conns, self._logs).call("shutdown",
+                                                               timeout=STOP_TIMEOUT_S)
+        except (RankFailed, OSError, EOFError):
+            pass  # ended below either way
+        finally:
+            self._finalizer()
+            if all(p.returncode == 0 for p in self._procs):
+                shutil.rmtree(self._logs[0].parent, ignore_errors=True)
+
+
+class _Pending:
+    """One command sent to every rank, and the wait for every rank's answer."""
+
+    def __init__(self, procs, conns, logs):
+        self.procs, self.conns, self.logs = procs, conns, logs
+
+    def call(self, command: str, progress=None, timeout: float | None = None, **kwargs):
+        for conn in self.conns:
+            conn.send((command, kwargs))
+        results: dict[int, Any] = {}
+        errors: dict[int, tuple] = {}
+        waiting: dict[Any, int] = {conn: r for r, conn in enumerate(self.conns)}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while waiting:
+            for conn in wait(list(waiting), timeout=1.0):
+                rank = waiting[conn]
+                try:
+                    message: tuple[str, Any] = conn.recv()  # type: ignore[union-attr,call-arg,assignment]
+                except (EOFError, OSError):
+                    continue  # the rank is gone; its exit is reported below
+                kind, value = message
+                if kind == "progress":
+                    if progress is not None:
+                        progress(*value)
+                    continue
+                del waiting[conn]
+                (results if kind == "ok" else errors)[rank] = value
+            dead = [r for r in waiting.values() if self.procs[r].poll() is not None]
+            late = deadline is not None and time.monotonic() > deadline
+            if dead or late:
+                what = (f"rank(s) {dead} exited (codes "
+                        f"{[self.procs[r].returncode for r in dead]})" if dead
+                        else f"rank(s) {sorted(waiting.values())} gave no answer in {timeout} s")
+                _end(self.procs, self.logs, self.conns)
+                raise RankFailed(f"{command}: {what}: " + _tails(self.logs, dead or
+                                                                waiting.values()))
+        if errors:
+            rank = min(errors)
+            exc, trace = errors[rank]
+            if isinstance(exc, BaseException):
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"raised on rank(s) {sorted(errors)}; rank {rank}:\n{trace}")
+                raise exc
+            raise RankFailed(f"{command} failed on rank {rank}: {exc}\n{trace}")
+        return [results[r] for r in range(len(self.conns))]
+
+
+def _tails(logs, ranks) -> str:
+    parts = []
+    for r in ranks:
+        try:
+            text = logs[r].read_text(errors="replace")[-_LOG_TAIL:]
+        except OSError:
+            text = "(no log)"
+        parts.append(f"\n--- rank {r} log ({logs[r]}), last lines ---\n{text}")
+    return "".join(parts)
+
+
+def _end(procs, logs, conns) -> None:
+    """End every rank process and its descendants; give them STOP_TIMEOUT_S to exit."""
+    import psutil
+    family = []
+    for p in procs:
+        try:
+            family += psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    for conn in conns:
+        if conn is not None:
+            conn.close()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for p in procs:
+        try:
+            p.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for child in family:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(family, timeout=5)
+    remove_stale_cpu_shm()
