@@ -153,3 +153,51 @@ def test_a_step_whose_timing_never_arrives_fails_the_window():
                 sched.schedule()   # scheduled, never executed
     finally:
         observer.detach()
+
+
+class _FakeEvent:
+    """A CUDA event on a fake device clock: complete once the clock passes it."""
+    clock = {"now": 0.0, "done_until": 0.0}
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+        self.stream = None
+
+    def record(self, stream=None):
+        self.stream = stream
+        self.at = self.clock["now"]
+
+    def query(self):
+        return self.at is not None and self.at <= self.clock["done_until"]
+
+    def synchronize(self):
+        self.clock["done_until"] = max(self.clock["done_until"], self.at)
+
+    def elapsed_time(self, end):
+        return 1e3 * (end.at - self.at)   # milliseconds
+
+
+def test_cuda_timer_records_on_the_step_stream_and_keeps_samples_when_its_pool_runs_dry(
+        monkeypatch):
+    torch = pytest.importorskip("torch")
+    from pytest_sdbench.observer import CudaEventTimer
+    lookups = []
+    monkeypatch.setattr(_FakeEvent, "clock", {"now": 0.0, "done_until": 0.0})
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: lookups.append(1) or "engine")
+    timer = CudaEventTimer(pool_size=2)
+    clock = _FakeEvent.clock
+    for iid in range(1, 6):   # 5 steps, 4 events in the pool: it runs dry on the 3rd
+        clock["now"] = float(iid)
+        timer.start(iid)
+        clock["now"] = iid + 0.25
+        timer.stop(iid)
+        if iid == 2:
+            clock["done_until"] = 2.5   # the device finished the first two steps
+    assert len(lookups) == 5   # the stream is looked up once a step
+    assert timer.pending() == 3
+    samples = timer.drain()    # at idle: waits for the last, reads everything
+    assert [(s.native_iteration_id, s.seconds) for s in samples] == [
+        (i, pytest.approx(0.25)) for i in range(1, 6)]
+    assert all(s.source == "cuda_event" for s in samples)
+    assert timer.pending() == 0 and timer.poll() == []

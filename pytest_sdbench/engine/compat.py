@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import platform
 from typing import Any, NamedTuple
@@ -105,6 +107,9 @@ def engine_kwargs(spec, device: str) -> dict:
 
 
 # ---- reading a SchedulerOutput (the producer side) --------------------------------------
+# The observer's hot path: schedule() and update_from_output() run once a step, so what they
+# read is copied as plain tuples with C-level loops only (tuple(), map()); the per-request
+# rows, dicts and names are derived from those copies later, after the window.
 
 class ScheduledRow(NamedTuple):
     """One scheduled request as schedule() emitted it: plain values, so that the observer's
@@ -117,32 +122,95 @@ class ScheduledRow(NamedTuple):
     preemptions: int
 
 
+class FrozenSchedule(NamedTuple):
+    """A SchedulerOutput and the scheduler's state as they were when schedule() returned,
+    copied without a Python-level loop over the requests (see scheduled_rows)."""
+    request_ids: tuple[str, ...]
+    scheduled_tokens: tuple[int, ...]
+    draft_tokens: tuple[int, ...] | None            # aligned with request_ids; None: no drafts
+    new_computed: tuple[tuple[str, int], ...]       # (request id, computed) of new requests
+    cached_ids: tuple[str, ...]
+    cached_computed: tuple[int, ...]
+    requests: tuple[Any, ...]                       # the scheduler's Request objects (or None)
+    preemptions: tuple[Any, ...]                    # each request's count at schedule() time
+    queue: tuple[int, int]                          # (waiting, running)
+    total_scheduled_tokens: int
+
+
+_PREEMPTIONS = operator.attrgetter("num_preemptions")
+_NO_DRAFTS = ()
+
+
+def freeze_schedule(scheduler_output, sched) -> FrozenSchedule:
+    """Everything the snapshot needs, read at schedule() time before anything runs. The
+    engine may change the output's draft lists and its requests afterwards, so the values
+    are copied now; what never changes (a request's prompt length) is read later."""
+    scheduled = scheduler_output.num_scheduled_tokens
+    ids = tuple(scheduled)
+    drafts = scheduler_output.scheduled_spec_decode_tokens
+    draft_tokens = tuple(map(len, map(drafts.get, ids, itertools.repeat(_NO_DRAFTS)))) \
+        if drafts else None
+    cached = scheduler_output.scheduled_cached_reqs
+    new = scheduler_output.scheduled_new_reqs
+    requests = tuple(map(sched.requests.get, ids))
+    try:
+        preemptions = tuple(map(_PREEMPTIONS, requests))
+    except AttributeError:  # a request unknown to the scheduler, or a release without it
+        preemptions = tuple(getattr(r, "num_preemptions", 0) for r in requests)
+    return FrozenSchedule(
+        ids, tuple(scheduled.values()), draft_tokens,
+        tuple((r.req_id, r.num_computed_tokens) for r in new) if new else (),
+        tuple(cached.req_ids), tuple(cached.num_computed_tokens), requests, preemptions,
+        (len(sched.waiting), len(sched.running)), scheduler_output.total_num_scheduled_tokens)
+
+
+def scheduled_rows(frozen: FrozenSchedule) -> tuple[ScheduledRow, ...]:
+    """Every scheduled request of a frozen schedule, as rows (derived off the hot path)."""
+    computed = dict(frozen.new_computed)
+    computed.update(zip(frozen.cached_ids, frozen.cached_computed))
+    drafts = frozen.draft_tokens or (0,) * len(frozen.request_ids)
+    return tuple(
+        ScheduledRow(req_id, request.num_prompt_tokens if request is not None else -1,
+                     computed[req_id], scheduled, draft,
+                     (preemptions or 0) if request is not None else 0)
+        for req_id, scheduled, draft, request, preemptions in zip(
+            frozen.request_ids, frozen.scheduled_tokens, drafts, frozen.requests,
+            frozen.preemptions))
+
+
 def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:
     """Every scheduled request, read at schedule() time before anything runs."""
-    drafts = scheduler_output.scheduled_spec_decode_tokens or {}
-    computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
-    cached = scheduler_output.scheduled_cached_reqs
-    computed.update(zip(cached.req_ids, cached.num_computed_tokens))
-    requests = sched.requests
-    rows = []
-    for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
-        request = requests.get(req_id)
-        rows.append(ScheduledRow(
-            req_id, request.num_prompt_tokens if request is not None else -1,
-            computed[req_id], num_scheduled, len(drafts.get(req_id, ())),
-            (getattr(request, "num_preemptions", 0) or 0) if request is not None else 0))
-    return tuple(rows)
+    return scheduled_rows(freeze_schedule(scheduler_output, sched))
 
 
 def queue_lengths(sched) -> tuple[int, int]:
     return len(sched.waiting), len(sched.running)
 
 
+class FrozenOutput(NamedTuple):
+    """What update_from_output() needs of a step's ModelRunnerOutput, copied before the
+    scheduler consumes it (it trims a stopping request's sampled tokens in place)."""
+    request_ids: tuple[str, ...]
+    gained: tuple[int, ...]          # tokens each request gained, by position
+    graph_stats: Any                 # the V1 runner's cudagraph_stats (None: not reported)
+
+
+def freeze_output(model_runner_output) -> FrozenOutput:
+    return FrozenOutput(tuple(model_runner_output.req_ids),
+                        tuple(map(len, model_runner_output.sampled_token_ids or ())),
+                        getattr(model_runner_output, "cudagraph_stats", None))
+
+
+def gained_tokens(frozen: FrozenOutput) -> dict[str, int]:
+    """Tokens each request gained from one step, as the host-side output carried them."""
+    gained = frozen.gained
+    return {req_id: gained[i] if i < len(gained) else 0
+            for i, req_id in enumerate(frozen.request_ids)}
+
+
 def accepted_tokens(model_runner_output) -> dict[str, int]:
     """Tokens each request gained from one step, as the host-side output carries them."""
-    sampled = model_runner_output.sampled_token_ids or []
-    return {req_id: len(sampled[i]) if i < len(sampled) else 0
-            for i, req_id in enumerate(model_runner_output.req_ids)}
+    return gained_tokens(freeze_output(model_runner_output))
 
 
 def graph_mode_name(mode) -> str:
@@ -154,7 +222,11 @@ def graph_mode_name(mode) -> str:
 def cudagraph_mode_of_step(model_runner_output) -> str | None:
     """How the engine ran the step, if the output reports it (V1 model runner with
     cudagraph_metrics=True); None when it does not."""
-    stats = getattr(model_runner_output, "cudagraph_stats", None)
+    return graph_mode_of_stats(getattr(model_runner_output, "cudagraph_stats", None))
+
+
+def graph_mode_of_stats(stats) -> str | None:
+    """The graph mode a step's cudagraph_stats report; None without them."""
     mode = getattr(stats, "runtime_mode", None)
     return None if mode is None else graph_mode_name(mode)
 
