@@ -140,6 +140,9 @@ OPTIONS: tuple[Option, ...] = (
            default=False, action="store_true"),
     Option("acceptance-length", "CUDA: synthetic acceptance length for decode points",
            type=float, metavar="AL"),
+    Option("plots", "pytest: draw each artifact beside it (<name>-decode.png, "
+           "<name>-prefill.png, <name>.html; needs matplotlib)", default=False,
+           action="store_true", commands=()),
 )
 
 
