@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 import operator
 import os
 import platform
@@ -124,32 +123,34 @@ class ScheduledRow(NamedTuple):
 
 class FrozenSchedule(NamedTuple):
     """A SchedulerOutput and the scheduler's state as they were when schedule() returned,
-    copied without a Python-level loop over the requests (see scheduled_rows)."""
+    copied without a Python-level loop over the requests (see scheduled_rows). The hot path
+    builds it as a plain tuple in this order; FrozenSchedule(*frozen) names it later."""
     request_ids: tuple[str, ...]
-    scheduled_tokens: tuple[int, ...]
-    draft_tokens: tuple[int, ...] | None            # aligned with request_ids; None: no drafts
-    new_computed: tuple[tuple[str, int], ...]       # (request id, computed) of new requests
+    scheduled_tokens: tuple[int, ...]                # aligned with request_ids
+    draft_ids: tuple[str, ...]                       # the requests that verify drafts
+    draft_tokens: tuple[int, ...]                    # aligned with draft_ids
+    new_computed: tuple[tuple[str, int], ...]        # (request id, computed) of new requests
     cached_ids: tuple[str, ...]
-    cached_computed: tuple[int, ...]
-    requests: tuple[Any, ...]                       # the scheduler's Request objects (or None)
-    preemptions: tuple[Any, ...]                    # each request's count at schedule() time
-    queue: tuple[int, int]                          # (waiting, running)
+    cached_computed: tuple[int, ...]                 # aligned with cached_ids
+    requests: tuple[Any, ...]                        # the scheduler's Request objects (or None)
+    preemptions: tuple[Any, ...]                     # each request's count at schedule() time
+    waiting: int
+    running: int
     total_scheduled_tokens: int
 
 
 _PREEMPTIONS = operator.attrgetter("num_preemptions")
-_NO_DRAFTS = ()
+_EMPTY: dict = {}
 
 
-def freeze_schedule(scheduler_output, sched) -> FrozenSchedule:
-    """Everything the snapshot needs, read at schedule() time before anything runs. The
-    engine may change the output's draft lists and its requests afterwards, so the values
-    are copied now; what never changes (a request's prompt length) is read later."""
+def freeze_schedule(scheduler_output, sched) -> tuple:
+    """Everything the snapshot needs, read at schedule() time before anything runs, as a
+    plain tuple in FrozenSchedule's order. The engine may change the output's draft lists
+    and its requests afterwards, so the values are copied now; what never changes (a
+    request's prompt length) is read later."""
     scheduled = scheduler_output.num_scheduled_tokens
     ids = tuple(scheduled)
-    drafts = scheduler_output.scheduled_spec_decode_tokens
-    draft_tokens = tuple(map(len, map(drafts.get, ids, itertools.repeat(_NO_DRAFTS)))) \
-        if drafts else None
+    drafts = scheduler_output.scheduled_spec_decode_tokens or _EMPTY
     cached = scheduler_output.scheduled_cached_reqs
     new = scheduler_output.scheduled_new_reqs
     requests = tuple(map(sched.requests.get, ids))
@@ -157,30 +158,29 @@ def freeze_schedule(scheduler_output, sched) -> FrozenSchedule:
         preemptions = tuple(map(_PREEMPTIONS, requests))
     except AttributeError:  # a request unknown to the scheduler, or a release without it
         preemptions = tuple(getattr(r, "num_preemptions", 0) for r in requests)
-    return FrozenSchedule(
-        ids, tuple(scheduled.values()), draft_tokens,
-        tuple((r.req_id, r.num_computed_tokens) for r in new) if new else (),
-        tuple(cached.req_ids), tuple(cached.num_computed_tokens), requests, preemptions,
-        (len(sched.waiting), len(sched.running)), scheduler_output.total_num_scheduled_tokens)
+    return (ids, tuple(scheduled.values()), tuple(drafts), tuple(map(len, drafts.values())),
+            tuple((r.req_id, r.num_computed_tokens) for r in new) if new else (),
+            tuple(cached.req_ids), tuple(cached.num_computed_tokens), requests, preemptions,
+            len(sched.waiting), len(sched.running), scheduler_output.total_num_scheduled_tokens)
+
 
 
 def scheduled_rows(frozen: FrozenSchedule) -> tuple[ScheduledRow, ...]:
     """Every scheduled request of a frozen schedule, as rows (derived off the hot path)."""
     computed = dict(frozen.new_computed)
     computed.update(zip(frozen.cached_ids, frozen.cached_computed))
-    drafts = frozen.draft_tokens or (0,) * len(frozen.request_ids)
+    drafts = dict(zip(frozen.draft_ids, frozen.draft_tokens))
     return tuple(
         ScheduledRow(req_id, request.num_prompt_tokens if request is not None else -1,
-                     computed[req_id], scheduled, draft,
+                     computed[req_id], scheduled, drafts.get(req_id, 0),
                      (preemptions or 0) if request is not None else 0)
-        for req_id, scheduled, draft, request, preemptions in zip(
-            frozen.request_ids, frozen.scheduled_tokens, drafts, frozen.requests,
-            frozen.preemptions))
+        for req_id, scheduled, request, preemptions in zip(
+            frozen.request_ids, frozen.scheduled_tokens, frozen.requests, frozen.preemptions))
 
 
 def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:
     """Every scheduled request, read at schedule() time before anything runs."""
-    return scheduled_rows(freeze_schedule(scheduler_output, sched))
+    return scheduled_rows(FrozenSchedule(*freeze_schedule(scheduler_output, sched)))
 
 
 def queue_lengths(sched) -> tuple[int, int]:
@@ -189,16 +189,17 @@ def queue_lengths(sched) -> tuple[int, int]:
 
 class FrozenOutput(NamedTuple):
     """What update_from_output() needs of a step's ModelRunnerOutput, copied before the
-    scheduler consumes it (it trims a stopping request's sampled tokens in place)."""
+    scheduler consumes it (it trims a stopping request's sampled tokens in place). Built
+    as a plain tuple in this order on the hot path."""
     request_ids: tuple[str, ...]
     gained: tuple[int, ...]          # tokens each request gained, by position
     graph_stats: Any                 # the V1 runner's cudagraph_stats (None: not reported)
 
 
-def freeze_output(model_runner_output) -> FrozenOutput:
-    return FrozenOutput(tuple(model_runner_output.req_ids),
-                        tuple(map(len, model_runner_output.sampled_token_ids or ())),
-                        getattr(model_runner_output, "cudagraph_stats", None))
+def freeze_output(model_runner_output) -> tuple:
+    return (tuple(model_runner_output.req_ids),
+            tuple(map(len, model_runner_output.sampled_token_ids or ())),
+            getattr(model_runner_output, "cudagraph_stats", None))
 
 
 def gained_tokens(frozen: FrozenOutput) -> dict[str, int]:
@@ -210,7 +211,7 @@ def gained_tokens(frozen: FrozenOutput) -> dict[str, int]:
 
 def accepted_tokens(model_runner_output) -> dict[str, int]:
     """Tokens each request gained from one step, as the host-side output carries them."""
-    return gained_tokens(freeze_output(model_runner_output))
+    return gained_tokens(FrozenOutput(*freeze_output(model_runner_output)))
 
 
 def graph_mode_name(mode) -> str:

@@ -41,26 +41,38 @@ class IterationRecord:
     the frozen output) and references; the rows, the accepted counts, the graph mode, the
     rejection corrections and the typed snapshot are derived from them on first use, after
     the window."""
-    __slots__ = ("native_iteration_id", "booking", "frozen", "timing", "output",
+    __slots__ = ("native_iteration_id", "booking", "raw_schedule", "raw_output", "timing",
                  "dispatched_mode", "outputs_in_flight", "_cache")
 
-    def __init__(self, native_iteration_id: int, booking: str,
-                 frozen: compat.FrozenSchedule):
+    def __init__(self, native_iteration_id: int, booking: str, raw_schedule: tuple):
         self.native_iteration_id = native_iteration_id
         self.booking = booking
-        self.frozen = frozen                         # at schedule() time
+        self.raw_schedule = raw_schedule             # compat.freeze_schedule, at schedule()
+        self.raw_output = None                       # compat.freeze_output, when it arrived
         self.timing: TimingSample | None = None
-        self.output: compat.FrozenOutput | None = None   # this step's, when it arrived
         self.dispatched_mode = None                  # the V2 runner's raw dispatch mode
         # earlier iterations whose output arrived while this one was in flight (async
-        # scheduling): this snapshot assumed their drafts were all accepted
-        self.outputs_in_flight: list[IterationRecord] = []
-        self._cache: dict = {}
+        # scheduling): this snapshot assumed their drafts were all accepted (None: none)
+        self.outputs_in_flight: list[IterationRecord] | None = None
+        self._cache: dict | None = None
 
     def _derived(self, name: str, make):
+        if self._cache is None:
+            self._cache = {}
         if name not in self._cache:
             self._cache[name] = make()
         return self._cache[name]
+
+    @property
+    def frozen(self) -> compat.FrozenSchedule:
+        return self._derived("frozen", lambda: compat.FrozenSchedule(*self.raw_schedule))
+
+    @property
+    def output(self) -> compat.FrozenOutput | None:
+        """The step's output as update_from_output() received it (None: never seen)."""
+        if self.raw_output is None:
+            return None
+        return self._derived("output", lambda: compat.FrozenOutput(*self.raw_output))
 
     @property
     def rows(self) -> tuple[compat.ScheduledRow, ...]:
@@ -68,7 +80,7 @@ class IterationRecord:
 
     @property
     def queue(self) -> tuple[int, int]:
-        return self.frozen.queue
+        return self.frozen.waiting, self.frozen.running
 
     @property
     def total_scheduled_tokens(self) -> int:
@@ -77,7 +89,7 @@ class IterationRecord:
     @property
     def accepted(self) -> dict[str, int] | None:
         """Tokens gained per request, from the step's output (None: never seen)."""
-        if self.output is None:
+        if self.raw_output is None:
             return None
         return self._derived("accepted", lambda: compat.gained_tokens(self.output))
 
@@ -85,7 +97,7 @@ class IterationRecord:
     def graph_mode(self) -> str | None:
         """How the step ran: as its output reports it, else as the V2 runner dispatched
         it; None when neither says."""
-        reported = None if self.output is None else \
+        reported = None if self.raw_output is None else \
             compat.graph_mode_of_stats(self.output.graph_stats)
         if reported is not None:
             return reported
@@ -101,7 +113,7 @@ class IterationRecord:
 
     def _corrections(self) -> list[tuple[str, int, int, int]]:
         found = []
-        for done in self.outputs_in_flight:
+        for done in self.outputs_in_flight or ():
             drafted = {(r.request_id, r.preemptions): r.draft_tokens
                        for r in done.rows if r.draft_tokens}
             if not drafted:
@@ -312,7 +324,7 @@ class NativeObserver:
             record = records.get(getattr(scheduler_output, STAMP_ATTR, None))
             if record is not None:
                 # Read before the scheduler consumes the output (it trims tokens in place).
-                record.output = freeze(model_runner_output)
+                record.raw_output = freeze(model_runner_output)
                 if in_flight and in_flight[0] is record:
                     in_flight.popleft()
                 elif record in in_flight:
@@ -321,6 +333,9 @@ class NativeObserver:
                 # this one accepted: note it; their corrections are derived after the window.
                 for later in in_flight:
                     if later.native_iteration_id > record.native_iteration_id:
-                        later.outputs_in_flight.append(record)
+                        if later.outputs_in_flight is None:
+                            later.outputs_in_flight = [record]
+                        else:
+                            later.outputs_in_flight.append(record)
             return original(scheduler_output, model_runner_output, *args, **kwargs)
         return update_from_output
