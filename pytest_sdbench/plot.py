@@ -20,6 +20,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .files import atomic_write_text
 from .wire.contract import GRAPH_EAGER, GRAPH_FULL, GRAPH_PIECEWISE, PHASE_DECODE, PHASE_PREFILL
@@ -51,7 +52,7 @@ def require_matplotlib():
 class PlotPoint:
     phase: str
     point_index: int
-    point: object                  # PrefillPoint | DecodePoint
+    point: Any                     # PrefillPoint | DecodePoint
     summary: PointSummary
     graph_modes: tuple[str, ...]   # every mode its retained steps ran in, in order
 
@@ -119,14 +120,14 @@ def _figure(width: float = 9.0, height: float = 5.0):
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def _x_axis(ax, xs: Sequence[int]) -> None:
+def _x_axis(ax, xs: Sequence[float]) -> None:
     """Ticks at the measured values (batches and token counts are integers); a log2 axis
     when they span 8x or more."""
     if xs and min(xs) > 0 and max(xs) / min(xs) >= 8:
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
     ticks = sorted(set(xs))
-    ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=8 if len(ticks) > 8 else None)
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8 if len(ticks) > 8 else None)
 
 
 def phase_figure(points: Sequence[PlotPoint], phase: str, title: str):
@@ -145,7 +146,7 @@ def phase_figure(points: Sequence[PlotPoint], phase: str, title: str):
         xs.extend(x)
         (drawn,) = ax.plot(x, y, "-", linewidth=1.2, alpha=0.8, label=name)
         color = drawn.get_color()
-        for p, px, py in zip(line, x, y):
+        for p, px, py in zip(line, x, y, strict=True):
             ax.plot([px], [py], p.marker, color=color, markersize=7,
                     markeredgecolor="black", markeredgewidth=0.5)
             if p.summary.samples > 1:   # dispersion of the repeats: min..max
@@ -302,7 +303,8 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
         path.write_bytes(data)
         written.append(path)
         return name, data
-    for stem, (path, artifact) in zip(_unique_stems([p for p, _ in artifacts]), artifacts):
+    for stem, (path, artifact) in zip(_unique_stems([p for p, _ in artifacts]), artifacts,
+                                      strict=True):
         points = plot_points(artifact)
         images = []
         for phase in (PHASE_DECODE, PHASE_PREFILL):

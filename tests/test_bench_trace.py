@@ -89,7 +89,9 @@ def test_two_collections_compare_by_point_median_and_the_consumer_policy():
     # within 5%, CV small: imported; 10% apart: not; CV above 5%: not
     assert [p.importable for p in points] == [True, False, False, True]
     figures = summarise(points)
-    assert figures.points == 4 and figures.importable == 2 and figures.judged
+    assert figures.points == 4
+    assert figures.importable == 2
+    assert figures.judged
     assert figures.importable_share == 0.5
     assert figures.median_disagreement == pytest.approx(0.015)
     assert figures.max_disagreement == pytest.approx(0.10)
@@ -100,19 +102,25 @@ def test_two_collections_compare_by_point_median_and_the_consumer_policy():
 def test_fewer_repeats_than_the_policy_needs_are_never_importable():
     one = _summaries("decode", [[1.0]])
     points = agreements(one, one)
-    assert points[0].disagreement == 0 and not points[0].importable
+    assert points[0].disagreement == 0
+    assert not points[0].importable
     figures = summarise(points)
-    assert figures.repeats == 1 and not figures.judged
+    assert figures.repeats == 1
+    assert not figures.judged
     assert agreements(one, _summaries("prefill", [[1.0]])) == []
     with pytest.raises(ValueError, match="no point was measured in both"):
         summarise([])
 
 
 def test_goals_judge_values_and_the_gate_sets_the_exit_code(capsys):
-    assert THROUGHPUT.met(99.5) and not THROUGHPUT.met(99.4)
-    assert HOST_TIME.met(30.0) and not HOST_TIME.met(30.1)
-    assert SYNCS.met(0.0) and not SYNCS.met(0.001)
-    assert str(HOST_TIME) == "<= 30 us" and str(THROUGHPUT) == ">= 99.5%"
+    assert THROUGHPUT.met(99.5)
+    assert not THROUGHPUT.met(99.4)
+    assert HOST_TIME.met(30.0)
+    assert not HOST_TIME.met(30.1)
+    assert SYNCS.met(0.0)
+    assert not SYNCS.met(0.001)
+    assert str(HOST_TIME) == "<= 30 us"
+    assert str(THROUGHPUT) == ">= 99.5%"
     assert len({g.name for g in GOALS}) == len(GOALS)
     table = Table()
     table.row("informational", "1 thing")
@@ -129,7 +137,8 @@ def test_goals_judge_values_and_the_gate_sets_the_exit_code(capsys):
     out = capsys.readouterr().out
     assert "fast: 12 us (goal <= 30 us) met" in out
     rendered = table.render()
-    assert "fidelity" in rendered and "ERROR RuntimeError: no trace" in rendered
+    assert "fidelity" in rendered
+    assert "ERROR RuntimeError: no trace" in rendered
 
 
 def test_subcommands_replace_flags_and_refuse_a_k_sweep(capsys):

@@ -3,6 +3,7 @@ frozen snapshot, the join by native ID, and the correction of in-flight snapshot
 async scheduling, which the CPU engine (synchronous scheduling) never exercises."""
 
 from types import SimpleNamespace as NS
+from typing import ClassVar
 
 import pytest
 
@@ -96,7 +97,8 @@ def test_async_steps_are_frozen_joined_and_corrected_for_rejected_drafts():
             sched.update_from_output(s2, _model_output({"a": 4, "b": 1, "c": 1}))
     finally:
         observer.detach()
-    assert sched.updates == [1, 2] and getattr(s2, STAMP_ATTR) == 2
+    assert sched.updates == [1, 2]
+    assert getattr(s2, STAMP_ATTR) == 2
     one, two = window.records
     assert [r.native_iteration_id for r in window.records] == [1, 2]
     assert all(r.timing is not None and r.timing.native_iteration_id == r.native_iteration_id
@@ -109,7 +111,8 @@ def test_async_steps_are_frozen_joined_and_corrected_for_rejected_drafts():
     assert [(r.request_id, r.prompt_tokens, r.new_tokens, r.kv_tokens, r.draft_tokens,
              r.preemptions) for r in snap.requests] == [
         ("a", 64, 1, 70, 3, 0), ("b", 64, 1, 70, 3, 0), ("c", 32, 1, 40, 3, 0)]
-    assert snap.queue.running == 3 and snap.total_scheduled_tokens == 12
+    assert snap.queue.running == 3
+    assert snap.total_scheduled_tokens == 12
     corrected = two.corrected_snapshot()
     assert corrected.corrections == (RejectionCorrection("a", 0, 1, 2),)
     assert [r.kv_tokens for r in corrected.requests] == [72, 74, 0]
@@ -138,13 +141,14 @@ def test_steps_outside_a_window_are_stamped_only_and_detach_restores():
         observer.detach()
     assert getattr(s1, STAMP_ATTR) == 1
     (record,) = window.records
-    assert record.native_iteration_id == 2 and record.snapshot.phase == "prefill"
+    assert record.native_iteration_id == 2
+    assert record.snapshot.phase == "prefill"
     assert record.snapshot.requests[0].new_tokens == 64
     assert (set(vars(sched)), set(vars(worker))) == before  # no wrapper left
 
 
 def test_a_step_whose_timing_never_arrives_fails_the_window():
-    llm, sched, worker = _engine()
+    llm, sched, _worker = _engine()
     sched.plan = [_output({"a": 64}, {"a": 0}, {}, new=("a",))]
     observer = NativeObserver(llm, HostTimer()).attach()
     try:
@@ -157,7 +161,7 @@ def test_a_step_whose_timing_never_arrives_fails_the_window():
 
 class _FakeEvent:
     """A CUDA event on a fake device clock: complete once the clock passes it."""
-    clock = {"now": 0.0, "done_until": 0.0}
+    clock: ClassVar[dict] = {"now": 0.0, "done_until": 0.0}
 
     def __init__(self, enable_timing=False):
         self.at = None
@@ -200,4 +204,5 @@ def test_cuda_timer_records_on_the_step_stream_and_keeps_samples_when_its_pool_r
     assert [(s.native_iteration_id, s.seconds) for s in samples] == [
         (i, pytest.approx(0.25)) for i in range(1, 6)]
     assert all(s.source == "cuda_event" for s in samples)
-    assert timer.pending() == 0 and timer.poll() == []
+    assert timer.pending() == 0
+    assert timer.poll() == []

@@ -17,7 +17,7 @@ from .conftest import FIXTURES
 
 pytest.importorskip("matplotlib")
 
-from pytest_sdbench.plot import (  # noqa: E402 (after the skip: matplotlib is optional)
+from pytest_sdbench.plot import (  # after the skip: matplotlib is optional
     MIXED_MARKER,
     PlotPoint,
     phase_figure,
@@ -30,8 +30,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def _self_contained(page: str) -> None:
     sources = re.findall(r'(?:src|href)="([^"]*)"', page)
-    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
-    assert "<script" not in page and "<link" not in page and "http" not in page
+    assert sources
+    assert all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "<script" not in page
+    assert "<link" not in page
+    assert "http" not in page
 
 
 def test_plot_writes_pngs_and_one_self_contained_page(tmp_path, capsys):
@@ -72,8 +75,8 @@ def test_plot_without_matplotlib_says_so_in_one_line(tmp_path, capsys, monkeypat
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib raises
     assert main(["plot", str(REAL), "--out", str(tmp_path)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("sdbench plot: drawing needs matplotlib") and \
-        "pytest-sdbench[plot]" in line
+    assert line.startswith("sdbench plot: drawing needs matplotlib")
+    assert "pytest-sdbench[plot]" in line
 
 
 def test_compare_draws_the_per_point_change(tmp_path, capsys):
@@ -114,7 +117,8 @@ def test_markers_show_the_graph_mode_and_bars_the_spread_of_repeats():
     assert len(bars) == 2     # the two points with repeats
     (segment,) = bars[0].lines[2][0].get_segments()
     assert segment[:, 1].tolist() == pytest.approx([3.0, 3.2])   # min..max in ms
-    assert ax.get_xlabel().startswith("batch") and ax.get_ylabel().startswith("step time")
+    assert ax.get_xlabel().startswith("batch")
+    assert ax.get_ylabel().startswith("step time")
     assert phase_figure(points, "prefill", "none") is None
 
 

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
         for name in names:
             try:
                 SECTIONS[name](bench)
-            except Exception as exc:  # one broken measurement must not hide the others
+            except Exception as exc:  # noqa: BLE001 (one broken measure must not hide the rest)
                 bench.table.error(name, exc)
     finally:
         bench.close()

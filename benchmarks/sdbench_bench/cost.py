@@ -13,7 +13,7 @@ from .repeatability import collection_pair
 
 def run(bench) -> None:
     grid = "the --grid" if bench.grid else "default"
-    for name, collection in zip(("first", "second"), collection_pair(bench)):
+    for name, collection in zip(("first", "second"), collection_pair(bench), strict=True):
         result = collection.result
         wall, points = result.elapsed_seconds, collection.artifact.coverage.expected
         repeats = f", {result.repeats} repeats each" if result.repeats > 1 else ""

@@ -143,6 +143,6 @@ def rates(runs: list[Run]) -> str:
 
 def paired(a: list[Run], b: list[Run]) -> str:
     """Per-round ratios a/b (neighbouring runs), as median and range."""
-    ratios = sorted(x.rate / y.rate for x, y in zip(a, b))
+    ratios = sorted(x.rate / y.rate for x, y in zip(a, b, strict=True))
     return (f"per-round ratio median {100 * statistics.median(ratios):.1f}%, range "
             f"{100 * ratios[0]:.1f}%..{100 * ratios[-1]:.1f}%")

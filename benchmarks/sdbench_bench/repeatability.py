@@ -165,8 +165,9 @@ def run(bench) -> None:
               (AGREEMENT, 100 * figures.median_disagreement))
     if figures.repeats > 1:
         table.row("repeatability: CV of the repeats within each collection",
-                  "; ".join(f"{name}: median {100 * med:.2f}%, max {100 * top:.1f}%"
-                            for name, (med, top) in zip(("first", "second"), figures.cv)))
+                  "; ".join(f"{name}: median {100 * med:.2f}%, max {100 * top:.1f}%" for
+                            name, (med, top) in zip(("first", "second"), figures.cv,
+                                                    strict=True)))
     policy = (f"CV <= {100 * CONSUMER_MAX_CV:g}% over {CONSUMER_REPEATS} repeats in both "
               f"collections and agreement <= {100 * CONSUMER_MAX_DISAGREEMENT:g}%")
     if figures.judged:

@@ -164,18 +164,18 @@ def freeze_schedule(scheduler_output, sched) -> tuple:
             len(sched.waiting), len(sched.running), scheduler_output.total_num_scheduled_tokens)
 
 
-
 def scheduled_rows(frozen: FrozenSchedule) -> tuple[ScheduledRow, ...]:
     """Every scheduled request of a frozen schedule, as rows (derived off the hot path)."""
     computed = dict(frozen.new_computed)
-    computed.update(zip(frozen.cached_ids, frozen.cached_computed))
-    drafts = dict(zip(frozen.draft_ids, frozen.draft_tokens))
+    computed.update(zip(frozen.cached_ids, frozen.cached_computed, strict=True))
+    drafts = dict(zip(frozen.draft_ids, frozen.draft_tokens, strict=True))
     return tuple(
         ScheduledRow(req_id, request.num_prompt_tokens if request is not None else -1,
                      computed[req_id], scheduled, drafts.get(req_id, 0),
                      (preemptions or 0) if request is not None else 0)
         for req_id, scheduled, request, preemptions in zip(
-            frozen.request_ids, frozen.scheduled_tokens, frozen.requests, frozen.preemptions))
+            frozen.request_ids, frozen.scheduled_tokens, frozen.requests, frozen.preemptions,
+            strict=True))
 
 
 def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:

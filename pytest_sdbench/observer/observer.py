@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from ..engine import compat
+from ..wire.contract import Booking
 from ..wire.records import (
     QueueSnapshot,
     RejectionCorrection,
@@ -29,6 +30,7 @@ from ..wire.records import (
 )
 
 STAMP_ATTR = "_sdbench_iteration_id"
+_UNSTAMPED = 0      # what an output without a stamp reads as (native ids start at 1)
 _ABSENT = object()  # the instance held no attribute of that name before attach()
 
 
@@ -41,14 +43,14 @@ class IterationRecord:
     the frozen output) and references; the rows, the accepted counts, the graph mode, the
     rejection corrections and the typed snapshot are derived from them on first use, after
     the window."""
-    __slots__ = ("native_iteration_id", "booking", "raw_schedule", "raw_output", "timing",
-                 "dispatched_mode", "outputs_in_flight", "_cache")
+    __slots__ = ("_cache", "booking", "dispatched_mode", "native_iteration_id",
+                 "outputs_in_flight", "raw_output", "raw_schedule", "timing")
 
-    def __init__(self, native_iteration_id: int, booking: str, raw_schedule: tuple):
+    def __init__(self, native_iteration_id: int, booking: Booking, raw_schedule: tuple):
         self.native_iteration_id = native_iteration_id
         self.booking = booking
         self.raw_schedule = raw_schedule             # compat.freeze_schedule, at schedule()
-        self.raw_output = None                       # compat.freeze_output, when it arrived
+        self.raw_output: tuple | None = None         # compat.freeze_output, when it arrived
         self.timing: TimingSample | None = None
         self.dispatched_mode = None                  # the V2 runner's raw dispatch mode
         # earlier iterations whose output arrived while this one was in flight (async
@@ -70,9 +72,9 @@ class IterationRecord:
     @property
     def output(self) -> compat.FrozenOutput | None:
         """The step's output as update_from_output() received it (None: never seen)."""
-        if self.raw_output is None:
-            return None
-        return self._derived("output", lambda: compat.FrozenOutput(*self.raw_output))
+        raw = self.raw_output
+        return None if raw is None else self._derived("output",
+                                                      lambda: compat.FrozenOutput(*raw))
 
     @property
     def rows(self) -> tuple[compat.ScheduledRow, ...]:
@@ -89,16 +91,16 @@ class IterationRecord:
     @property
     def accepted(self) -> dict[str, int] | None:
         """Tokens gained per request, from the step's output (None: never seen)."""
-        if self.raw_output is None:
-            return None
-        return self._derived("accepted", lambda: compat.gained_tokens(self.output))
+        output = self.output
+        return None if output is None else self._derived(
+            "accepted", lambda: compat.gained_tokens(output))
 
     @property
     def graph_mode(self) -> str | None:
         """How the step ran: as its output reports it, else as the V2 runner dispatched
         it; None when neither says."""
-        reported = None if self.raw_output is None else \
-            compat.graph_mode_of_stats(self.output.graph_stats)
+        output = self.output
+        reported = None if output is None else compat.graph_mode_of_stats(output.graph_stats)
         if reported is not None:
             return reported
         mode = self.dispatched_mode
@@ -163,7 +165,7 @@ class IterationRecord:
 class Window:
     """The iterations stamped while a window was open, joined once their timing arrived."""
 
-    def __init__(self, booking: str):
+    def __init__(self, booking: Booking):
         self.booking = booking
         self.ids: list[int] = []
         self.records: list[IterationRecord] = []
@@ -190,7 +192,7 @@ class NativeObserver:
     def attached(self) -> bool:
         return bool(self._saved)
 
-    def attach(self) -> "NativeObserver":
+    def attach(self) -> NativeObserver:
         if self.attached:
             raise RuntimeError("observer already attached")
         sched, worker = compat.scheduler(self._llm), compat.worker(self._llm)
@@ -221,7 +223,7 @@ class NativeObserver:
 
     # ---- windows ----------------------------------------------------------------------
     @contextmanager
-    def window(self, booking: str):
+    def window(self, booking: Booking):
         window = Window(booking)
         self._window = window
         try:
@@ -278,7 +280,7 @@ class NativeObserver:
         start, stop = self.timer.start, self.timer.stop
 
         def execute_model(scheduler_output, *args, **kwargs):
-            record = records.get(getattr(scheduler_output, STAMP_ATTR, None))
+            record = records.get(getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED))
             if record is None:
                 output = original(scheduler_output, *args, **kwargs)
                 if output is None:  # sampling and drafting follow in sample_tokens
@@ -321,7 +323,7 @@ class NativeObserver:
         freeze = compat.freeze_output
 
         def update_from_output(scheduler_output, model_runner_output, *args, **kwargs):
-            record = records.get(getattr(scheduler_output, STAMP_ATTR, None))
+            record = records.get(getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED))
             if record is not None:
                 # Read before the scheduler consumes the output (it trims tokens in place).
                 record.raw_output = freeze(model_runner_output)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Any
 
 from ..wire.contract import SCOPE_MODEL_STEP, SOURCE_CUDA_EVENT, SOURCE_HOST_TIMER
 from ..wire.records import TimingSample
@@ -52,9 +53,11 @@ class CudaEventTimer:
         import torch
         self._torch = torch
         self._current_stream = torch.cuda.current_stream
-        self._free = deque(torch.cuda.Event(enable_timing=True) for _ in range(2 * pool_size))
-        self._open: dict[int, tuple[object, object]] = {}     # iid -> (start event, stream)
-        self._recorded: deque[tuple[int, object, object]] = deque()
+        self._free: deque[Any] = deque(torch.cuda.Event(enable_timing=True)
+                                       for _ in range(2 * pool_size))
+        # torch.cuda.Event and Stream objects (torch is imported only on CUDA hosts)
+        self._open: dict[int, tuple[Any, Any]] = {}     # iid -> (start event, its stream)
+        self._recorded: deque[tuple[int, Any, Any]] = deque()
         self._done: list[tuple[int, float]] = []               # (iid, milliseconds)
 
     def _event(self):
