@@ -67,11 +67,13 @@ def start(spec):
     """Start an engine and say what it is."""
     from pytest_sdbench.engine import start_engine
     engine = start_engine(spec)
+    al = spec.synthetic_acceptance_length
     print(f"engine: preset {spec.preset} on {engine.device} "
           f"({engine.identity.device_name.value}), vLLM {engine.identity.engine_version.value}, "
           f"K={spec.draft_depth}, graph mode {engine.identity.cudagraph_mode.value}, acceptance "
-          f"{engine.acceptance_control} {spec.synthetic_acceptance_length or ''}, started in "
-          f"{engine.start_seconds:.1f} s", flush=True)
+          f"{engine.acceptance_control}"
+          f"{'' if al is None else f' (AL {al:g})'}, started in {engine.start_seconds:.1f} s",
+          flush=True)
     print(f"process: threads {[t.name for t in threading.enumerate()]}; gc thresholds "
           f"{gc.get_threshold()}, frozen objects {gc.get_freeze_count()}, tracked "
           f"{len(gc.get_objects())}", flush=True)
