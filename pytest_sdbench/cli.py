@@ -247,17 +247,17 @@ def cmd_plot(args) -> int:
     if not args.paths and not args.compare:
         _err("sdbench plot: give an ARTIFACT to draw, or --compare BASELINE CANDIDATE")
         return EXIT_UNUSABLE
-    try:
-        require_matplotlib()
-    except PlotUnavailable as exc:
-        _err(f"sdbench plot: {exc}")
-        return EXIT_UNUSABLE
     loaded = []
     for path in [*args.paths, *(args.compare or ())]:
         artifact, code = _load_valid(path)
         if artifact is None:
             return code
         loaded.append((path, artifact))
+    try:
+        require_matplotlib()
+    except PlotUnavailable as exc:
+        _err(f"sdbench plot: {exc}")
+        return EXIT_UNUSABLE
     drawn = loaded[:len(args.paths)]
     try:
         written = write_plots(drawn, args.out, compare=tuple(loaded[len(drawn):]) or None)

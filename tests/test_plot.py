@@ -11,21 +11,19 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
+from pytest_sdbench.plot import MIXED_MARKER, PlotPoint, phase_figure, plot_points
 from pytest_sdbench.wire.model import summarize
 
 from .conftest import FIXTURES
 
-pytest.importorskip("matplotlib")
-
-from pytest_sdbench.plot import (  # after the skip: matplotlib is optional
-    MIXED_MARKER,
-    PlotPoint,
-    phase_figure,
-    plot_points,
-)
-
 REAL = FIXTURES / "cpu-agg-v4.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def drawing():
+    """Drawing tests need matplotlib (optional: the plot extra); the refusals do not."""
+    pytest.importorskip("matplotlib")
 
 
 def _self_contained(page: str) -> None:
@@ -37,7 +35,7 @@ def _self_contained(page: str) -> None:
     assert "http" not in page
 
 
-def test_plot_writes_pngs_and_one_self_contained_page(tmp_path, capsys):
+def test_plot_writes_pngs_and_one_self_contained_page(drawing, tmp_path, capsys):
     out = tmp_path / "plots"
     assert main(["plot", str(REAL), "--out", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
@@ -79,7 +77,7 @@ def test_plot_without_matplotlib_says_so_in_one_line(tmp_path, capsys, monkeypat
     assert "pytest-sdbench[plot]" in line
 
 
-def test_compare_draws_the_per_point_change(tmp_path, capsys):
+def test_compare_draws_the_per_point_change(drawing, tmp_path, capsys):
     data = json.loads(REAL.read_text())
     cand_path = tmp_path / "cand.json"
     shutil.copy(REAL, cand_path)
@@ -105,7 +103,7 @@ def _point(index, batch, modes, seconds):
                      summarize("decode", index, seconds), tuple(modes))
 
 
-def test_markers_show_the_graph_mode_and_bars_the_spread_of_repeats():
+def test_markers_show_the_graph_mode_and_bars_the_spread_of_repeats(drawing):
     points = [_point(0, 1, ["full"], [0.003, 0.0032, 0.0031]),
               _point(1, 4, ["full"], [0.004]),
               _point(2, 8, ["eager", "full"], [0.02, 0.004, 0.02])]
@@ -135,7 +133,7 @@ def test_written(pytestconfig):
 """
 
 
-def test_the_plugin_draws_beside_each_artifact_with_sdbench_plots(pytester):
+def test_the_plugin_draws_beside_each_artifact_with_sdbench_plots(drawing, pytester):
     pytester.makepyfile(test_hook=PLOTS_CONFTEST.format(real=str(REAL)))
     result = pytester.runpytest("-p", "no:cacheprovider", "--sdbench-plots")
     result.assert_outcomes(passed=1)
