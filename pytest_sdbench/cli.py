@@ -4,6 +4,7 @@
     sdbench validate PATH [PATH ...] [--k-window 1-5]   exit 0 valid, 1 invalid, 2 unusable
     sdbench show     PATH
     sdbench compare  BASELINE CANDIDATE [--fail-above PCT]
+    sdbench plot     [ARTIFACT ...] [--compare BASELINE CANDIDATE] [--out DIR]  (matplotlib)
 """
 
 from __future__ import annotations
@@ -47,13 +48,19 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("candidate", metavar="CANDIDATE")
     m.add_argument("--fail-above", type=float, default=None, metavar="PCT",
                    help="exit 1 when the median slowdown exceeds PCT percent")
+    pl = sub.add_parser("plot", help="draw artifacts: PNGs and one self-contained HTML page "
+                        "(needs matplotlib: pip install 'pytest-sdbench[plot]')")
+    pl.add_argument("paths", nargs="*", metavar="ARTIFACT")
+    pl.add_argument("--compare", nargs=2, metavar=("BASELINE", "CANDIDATE"),
+                    help="also draw the per-point change of CANDIDATE against BASELINE")
+    pl.add_argument("--out", default="sdbench-plots", metavar="DIR")
     return parser
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
-            "compare": cmd_compare}[args.command](args)
+            "compare": cmd_compare, "plot": cmd_plot}[args.command](args)
 
 
 def _err(text: str) -> None:
@@ -245,6 +252,35 @@ def cmd_compare(args) -> int:
     if args.fail_above is not None and median > args.fail_above:
         print(f"FAIL: median slowdown {median:+.1f}% exceeds {args.fail_above}%")
         return EXIT_INVALID
+    return EXIT_OK
+
+
+def cmd_plot(args) -> int:
+    from .plot import PlotUnavailable, require_matplotlib, write_plots
+    if not args.paths and not args.compare:
+        _err("sdbench plot: give an ARTIFACT to draw, or --compare BASELINE CANDIDATE")
+        return EXIT_UNUSABLE
+    loaded = []
+    for path in [*args.paths, *(args.compare or ())]:
+        artifact, code = _load_valid(path)
+        if artifact is None:
+            return code
+        loaded.append((path, artifact))
+    try:
+        require_matplotlib()
+    except PlotUnavailable as exc:
+        _err(f"sdbench plot: {exc}")
+        return EXIT_UNUSABLE
+    drawn = loaded[:len(args.paths)]
+    try:
+        pair = loaded[len(drawn):]
+        compare = (pair[0], pair[1]) if len(pair) == 2 else None
+        written = write_plots(drawn, args.out, compare=compare)
+    except ValueError as exc:   # a comparison of two different grids
+        _err(f"sdbench plot: {exc}")
+        return EXIT_UNUSABLE
+    for path in written:
+        print(f"wrote {path}")
     return EXIT_OK
 
 

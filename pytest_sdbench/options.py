@@ -143,6 +143,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("tp", "tensor parallel size N: N rank processes, one device each, each running "
            "the engine under vLLM's external_launcher; rank 0 writes the artifact "
            "(default 1: one process)", default=1, type=positive_int, metavar="N"),
+    Option("plots", "pytest: draw each artifact beside it (<name>-decode.png, "
+           "<name>-prefill.png, <name>.html; needs matplotlib)", default=False,
+           action="store_true", commands=()),
 )
 
 

@@ -246,6 +246,27 @@ def sdbench_note(pytestconfig):
     return note
 
 
+# ---- plots (--sdbench-plots) --------------------------------------------------------------
+
+def pytest_sessionstart(session):
+    """--sdbench-plots without matplotlib: refused before any engine starts."""
+    if session.config.getoption("sdbench_plots"):
+        from .plot import PlotUnavailable, require_matplotlib
+        try:
+            require_matplotlib()
+        except PlotUnavailable as exc:
+            raise pytest.UsageError(f"--sdbench-plots: {exc}") from None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sdbench_artifact_written(config, path, artifact):
+    """With --sdbench-plots, the artifact's plots beside it."""
+    if config.getoption("sdbench_plots"):
+        from .plot import plot_beside
+        page = plot_beside(path, artifact)[-1]
+        config.stash[SUMMARY]["artifact"].append(f"plots: {page}")
+
+
 # ---- reporting ----------------------------------------------------------------------------
 
 def pytest_sessionfinish(session):

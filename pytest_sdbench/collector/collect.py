@@ -44,6 +44,7 @@ from ..wire.contract import (
     WARMUP_MAX_PASSES,
     WARMUP_MIN_PASSES,
     WARMUP_TOLERANCE,
+    Booking,
     GraphMode,
 )
 from ..wire.model import DecodeObservation, PrefillObservation, SkippedPoint, utc_now
@@ -178,7 +179,7 @@ class Collector:
             raise RuntimeError("the collector's observer is not attached")
         return self.observer
 
-    def _run(self, prompts, max_tokens: int, booking: str):
+    def _run(self, prompts, max_tokens: int, booking: Booking):
         missing, outputs = None, None
         try:
             with self._attached().window(booking) as window:

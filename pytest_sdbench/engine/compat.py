@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import platform
 from typing import Any, NamedTuple
@@ -114,6 +115,9 @@ def engine_kwargs(spec, device: str) -> dict:
 
 
 # ---- reading a SchedulerOutput (the producer side) --------------------------------------
+# The observer's hot path: schedule() and update_from_output() run once a step, so what they
+# read is copied as plain tuples with C-level loops only (tuple(), map()); the per-request
+# rows, dicts and names are derived from those copies later, after the window.
 
 class ScheduledRow(NamedTuple):
     """One scheduled request as schedule() emitted it: plain values, so that the observer's
@@ -126,32 +130,97 @@ class ScheduledRow(NamedTuple):
     preemptions: int
 
 
+class FrozenSchedule(NamedTuple):
+    """A SchedulerOutput and the scheduler's state as they were when schedule() returned,
+    copied without a Python-level loop over the requests (see scheduled_rows). The hot path
+    builds it as a plain tuple in this order; FrozenSchedule(*frozen) names it later."""
+    request_ids: tuple[str, ...]
+    scheduled_tokens: tuple[int, ...]                # aligned with request_ids
+    draft_ids: tuple[str, ...]                       # the requests that verify drafts
+    draft_tokens: tuple[int, ...]                    # aligned with draft_ids
+    new_computed: tuple[tuple[str, int], ...]        # (request id, computed) of new requests
+    cached_ids: tuple[str, ...]
+    cached_computed: tuple[int, ...]                 # aligned with cached_ids
+    requests: tuple[Any, ...]                        # the scheduler's Request objects (or None)
+    preemptions: tuple[Any, ...]                     # each request's count at schedule() time
+    waiting: int
+    running: int
+    total_scheduled_tokens: int
+
+
+_PREEMPTIONS = operator.attrgetter("num_preemptions")
+_EMPTY: dict = {}
+
+
+def freeze_schedule(scheduler_output, sched) -> tuple:
+    """Everything the snapshot needs, read at schedule() time before anything runs, as a
+    plain tuple in FrozenSchedule's order. The engine may change the output's draft lists
+    and its requests afterwards, so the values are copied now; what never changes (a
+    request's prompt length) is read later."""
+    scheduled = scheduler_output.num_scheduled_tokens
+    ids = tuple(scheduled)
+    drafts = scheduler_output.scheduled_spec_decode_tokens or _EMPTY
+    cached = scheduler_output.scheduled_cached_reqs
+    new = scheduler_output.scheduled_new_reqs
+    requests = tuple(map(sched.requests.get, ids))
+    try:
+        preemptions = tuple(map(_PREEMPTIONS, requests))
+    except AttributeError:  # a request unknown to the scheduler, or a release without it
+        preemptions = tuple(getattr(r, "num_preemptions", 0) for r in requests)
+    return (ids, tuple(scheduled.values()), tuple(drafts), tuple(map(len, drafts.values())),
+            tuple((r.req_id, r.num_computed_tokens) for r in new) if new else (),
+            tuple(cached.req_ids), tuple(cached.num_computed_tokens), requests, preemptions,
+            len(sched.waiting), len(sched.running), scheduler_output.total_num_scheduled_tokens)
+
+
+def scheduled_rows(frozen: FrozenSchedule) -> tuple[ScheduledRow, ...]:
+    """Every scheduled request of a frozen schedule, as rows (derived off the hot path)."""
+    computed = dict(frozen.new_computed)
+    computed.update(zip(frozen.cached_ids, frozen.cached_computed, strict=True))
+    drafts = dict(zip(frozen.draft_ids, frozen.draft_tokens, strict=True))
+    return tuple(
+        ScheduledRow(req_id, request.num_prompt_tokens if request is not None else -1,
+                     computed[req_id], scheduled, drafts.get(req_id, 0),
+                     (preemptions or 0) if request is not None else 0)
+        for req_id, scheduled, request, preemptions in zip(
+            frozen.request_ids, frozen.scheduled_tokens, frozen.requests, frozen.preemptions,
+            strict=True))
+
+
 def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:
     """Every scheduled request, read at schedule() time before anything runs."""
-    drafts = scheduler_output.scheduled_spec_decode_tokens or {}
-    computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
-    cached = scheduler_output.scheduled_cached_reqs
-    computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
-    requests = sched.requests
-    rows = []
-    for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
-        request = requests.get(req_id)
-        rows.append(ScheduledRow(
-            req_id, request.num_prompt_tokens if request is not None else -1,
-            computed[req_id], num_scheduled, len(drafts.get(req_id, ())),
-            (getattr(request, "num_preemptions", 0) or 0) if request is not None else 0))
-    return tuple(rows)
+    return scheduled_rows(FrozenSchedule(*freeze_schedule(scheduler_output, sched)))
 
 
 def queue_lengths(sched) -> tuple[int, int]:
     return len(sched.waiting), len(sched.running)
 
 
+class FrozenOutput(NamedTuple):
+    """What update_from_output() needs of a step's ModelRunnerOutput, copied before the
+    scheduler consumes it (it trims a stopping request's sampled tokens in place). Built
+    as a plain tuple in this order on the hot path."""
+    request_ids: tuple[str, ...]
+    gained: tuple[int, ...]          # tokens each request gained, by position
+    graph_stats: Any                 # the V1 runner's cudagraph_stats (None: not reported)
+
+
+def freeze_output(model_runner_output) -> tuple:
+    return (tuple(model_runner_output.req_ids),
+            tuple(map(len, model_runner_output.sampled_token_ids or ())),
+            getattr(model_runner_output, "cudagraph_stats", None))
+
+
+def gained_tokens(frozen: FrozenOutput) -> dict[str, int]:
+    """Tokens each request gained from one step, as the host-side output carried them."""
+    gained = frozen.gained
+    return {req_id: gained[i] if i < len(gained) else 0
+            for i, req_id in enumerate(frozen.request_ids)}
+
+
 def accepted_tokens(model_runner_output) -> dict[str, int]:
     """Tokens each request gained from one step, as the host-side output carries them."""
-    sampled = model_runner_output.sampled_token_ids or []
-    return {req_id: len(sampled[i]) if i < len(sampled) else 0
-            for i, req_id in enumerate(model_runner_output.req_ids)}
+    return gained_tokens(FrozenOutput(*freeze_output(model_runner_output)))
 
 
 def graph_mode_name(mode) -> str:
@@ -163,7 +232,11 @@ def graph_mode_name(mode) -> str:
 def cudagraph_mode_of_step(model_runner_output) -> str | None:
     """How the engine ran the step, if the output reports it (V1 model runner with
     cudagraph_metrics=True); None when it does not."""
-    stats = getattr(model_runner_output, "cudagraph_stats", None)
+    return graph_mode_of_stats(getattr(model_runner_output, "cudagraph_stats", None))
+
+
+def graph_mode_of_stats(stats) -> str | None:
+    """The graph mode a step's cudagraph_stats report; None without them."""
     mode = getattr(stats, "runtime_mode", None)
     return None if mode is None else graph_mode_name(mode)
 

@@ -15,13 +15,12 @@ Snapshot and timing are joined by the stamped ID only. detach() removes every wr
 from __future__ import annotations
 
 import itertools
-import threading
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import replace
 
 from ..engine import compat
+from ..wire.contract import Booking
 from ..wire.records import (
     QueueSnapshot,
     RejectionCorrection,
@@ -31,6 +30,7 @@ from ..wire.records import (
 )
 
 STAMP_ATTR = "_sdbench_iteration_id"
+_UNSTAMPED = 0      # what an output without a stamp reads as (native ids start at 1)
 _ABSENT = object()  # the instance held no attribute of that name before attach()
 
 
@@ -38,24 +38,105 @@ class TimingMissing(RuntimeError):
     """An iteration's timing sample never arrived."""
 
 
-@dataclass
 class IterationRecord:
-    """One recorded iteration. The hot path keeps only the plain values the scheduler and the
-    output carried; the typed snapshot is built from them on first use, after the window."""
-    native_iteration_id: int
-    booking: str
-    rows: tuple[compat.ScheduledRow, ...]   # frozen at schedule() time
-    queue: tuple[int, int]             # (waiting, running) right after schedule()
-    total_scheduled_tokens: int
-    timing: TimingSample | None = None
-    accepted: dict[str, int] | None = None     # tokens gained per request, from the output
-    graph_mode: str | None = None               # as the step's output reports it
-    # (request id, preemptions, from iteration id, rejected tokens)
-    corrections: list[tuple[str, int, int, int]] = field(default_factory=list)
+    """One recorded iteration. The hot path stores only plain tuples (the frozen schedule,
+    the frozen output) and references; the rows, the accepted counts, the graph mode, the
+    rejection corrections and the typed snapshot are derived from them on first use, after
+    the window."""
+    __slots__ = ("_cache", "booking", "dispatched_mode", "native_iteration_id",
+                 "outputs_in_flight", "raw_output", "raw_schedule", "timing")
 
-    @cached_property
+    def __init__(self, native_iteration_id: int, booking: Booking, raw_schedule: tuple):
+        self.native_iteration_id = native_iteration_id
+        self.booking = booking
+        self.raw_schedule = raw_schedule             # compat.freeze_schedule, at schedule()
+        self.raw_output: tuple | None = None         # compat.freeze_output, when it arrived
+        self.timing: TimingSample | None = None
+        self.dispatched_mode = None                  # the V2 runner's raw dispatch mode
+        # earlier iterations whose output arrived while this one was in flight (async
+        # scheduling): this snapshot assumed their drafts were all accepted (None: none)
+        self.outputs_in_flight: list[IterationRecord] | None = None
+        self._cache: dict | None = None
+
+    def _derived(self, name: str, make):
+        if self._cache is None:
+            self._cache = {}
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
+    @property
+    def frozen(self) -> compat.FrozenSchedule:
+        return self._derived("frozen", lambda: compat.FrozenSchedule(*self.raw_schedule))
+
+    @property
+    def output(self) -> compat.FrozenOutput | None:
+        """The step's output as update_from_output() received it (None: never seen)."""
+        raw = self.raw_output
+        return None if raw is None else self._derived("output",
+                                                      lambda: compat.FrozenOutput(*raw))
+
+    @property
+    def rows(self) -> tuple[compat.ScheduledRow, ...]:
+        return self._derived("rows", lambda: compat.scheduled_rows(self.frozen))
+
+    @property
+    def queue(self) -> tuple[int, int]:
+        return self.frozen.waiting, self.frozen.running
+
+    @property
+    def total_scheduled_tokens(self) -> int:
+        return self.frozen.total_scheduled_tokens
+
+    @property
+    def accepted(self) -> dict[str, int] | None:
+        """Tokens gained per request, from the step's output (None: never seen)."""
+        output = self.output
+        return None if output is None else self._derived(
+            "accepted", lambda: compat.gained_tokens(output))
+
+    @property
+    def graph_mode(self) -> str | None:
+        """How the step ran: as its output reports it, else as the V2 runner dispatched
+        it; None when neither says."""
+        output = self.output
+        reported = None if output is None else compat.graph_mode_of_stats(output.graph_stats)
+        if reported is not None:
+            return reported
+        mode = self.dispatched_mode
+        return None if mode is None else compat.graph_mode_name(mode)
+
+    @property
+    def corrections(self) -> list[tuple[str, int, int, int]]:
+        """(request id, preemptions, from iteration id, rejected tokens): the drafts that
+        earlier in-flight iterations had rejected, booked against the same request and
+        preemption count."""
+        return self._derived("corrections", self._corrections)
+
+    def _corrections(self) -> list[tuple[str, int, int, int]]:
+        found = []
+        for done in self.outputs_in_flight or ():
+            drafted = {(r.request_id, r.preemptions): r.draft_tokens
+                       for r in done.rows if r.draft_tokens}
+            if not drafted:
+                continue
+            accepted = done.accepted or {}
+            for r in self.rows:
+                drafts = drafted.get((r.request_id, r.preemptions))
+                if not drafts:
+                    continue
+                rejected = drafts - max(accepted.get(r.request_id, 0) - 1, 0)
+                if rejected > 0:
+                    found.append((r.request_id, r.preemptions, done.native_iteration_id,
+                                  rejected))
+        return found
+
+    @property
     def snapshot(self) -> Snapshot:
         """The frozen workload, as the scheduler emitted it."""
+        return self._derived("snapshot", self._snapshot)
+
+    def _snapshot(self) -> Snapshot:
         requests = tuple(RequestSnapshot(
             request_id=r.request_id, prompt_tokens=int(r.prompt_tokens),
             new_tokens=int(r.scheduled_tokens - r.draft_tokens), kv_tokens=int(r.computed_tokens),
@@ -84,23 +165,26 @@ class IterationRecord:
 class Window:
     """The iterations stamped while a window was open, joined once their timing arrived."""
 
-    def __init__(self, booking: str):
+    def __init__(self, booking: Booking):
         self.booking = booking
         self.ids: list[int] = []
         self.records: list[IterationRecord] = []
 
 
 class NativeObserver:
+    """The wrappers run on the engine core's thread, one step after another (schedule and
+    update_from_output are the scheduler's, called by the core's step; the worker's methods
+    are called by that step too), so their shared state needs no lock."""
+
     def __init__(self, llm, timer):
         self._llm = llm
         self.timer = timer
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
         self._records: dict[int, IterationRecord] = {}
         self._awaiting_sample: deque[int | None] = deque()  # None: an untimed iteration
-        self._in_flight: deque[int] = deque()  # recorded, output not yet processed
+        self._in_flight: deque[IterationRecord] = deque()  # recorded, output not yet seen
         self._window: Window | None = None
-        self._dispatched_mode: str | None = None
+        self._dispatched_mode = None
         self._saved: list[tuple[object, str, object]] = []
 
     # ---- install / remove ---------------------------------------------------------------
@@ -108,7 +192,7 @@ class NativeObserver:
     def attached(self) -> bool:
         return bool(self._saved)
 
-    def attach(self) -> "NativeObserver":
+    def attach(self) -> NativeObserver:
         if self.attached:
             raise RuntimeError("observer already attached")
         sched, worker = compat.scheduler(self._llm), compat.worker(self._llm)
@@ -139,7 +223,7 @@ class NativeObserver:
 
     # ---- windows ----------------------------------------------------------------------
     @contextmanager
-    def window(self, booking: str):
+    def window(self, booking: Booking):
         window = Window(booking)
         self._window = window
         try:
@@ -149,7 +233,13 @@ class NativeObserver:
         self._settle(window)
 
     def _settle(self, window: Window) -> None:
+        """At idle: read every sample the timer holds (waiting for the device once, for the
+        last), join them by native ID, and hand the window its records."""
         self._collect(self.timer.drain())
+        # A settled record takes no later output or correction (as if its output never came)
+        settled = set(window.ids)
+        for record in [r for r in self._in_flight if r.native_iteration_id in settled]:
+            self._in_flight.remove(record)
         missing = []
         for iid in window.ids:
             record = self._records.pop(iid)
@@ -165,104 +255,89 @@ class NativeObserver:
             if record is not None:
                 record.timing = sample
 
-    # ---- wrappers ---------------------------------------------------------------------
+    # ---- wrappers (the hot path: no typed object, no per-request Python loop) ----------
     def _schedule(self, original):
+        records, in_flight, ids, sched = self._records, self._in_flight, self._ids, self._sched
+        freeze = compat.freeze_schedule
+
         def schedule(*args, **kwargs):
             output = original(*args, **kwargs)
-            iid = next(self._ids)
+            iid = next(ids)
             setattr(output, STAMP_ATTR, iid)
-            self._freeze(iid, output)
+            # Traffic outside windows (the engine serving ordinary requests while attached)
+            # is stamped but neither frozen nor timed.
+            window = self._window
+            if window is not None:
+                record = IterationRecord(iid, window.booking, freeze(output, sched))
+                records[iid] = record
+                in_flight.append(record)
+                window.ids.append(iid)
             return output
         return schedule
 
-    def _freeze(self, iid: int, output) -> None:
-        """Record the iteration if a window is open; traffic outside windows (the engine
-        serving ordinary requests while attached) is stamped but neither frozen nor timed.
-        Plain values only: the typed snapshot is built after the window."""
-        window = self._window
-        if window is None:
-            return
-        sched = self._sched
-        record = IterationRecord(iid, window.booking, compat.scheduled_requests(output, sched),
-                                 compat.queue_lengths(sched), output.total_num_scheduled_tokens)
-        with self._lock:
-            self._records[iid] = record
-            self._in_flight.append(iid)
-            window.ids.append(iid)
-
     def _execute_model(self, original):
+        records, awaiting = self._records, self._awaiting_sample
+        start, stop = self.timer.start, self.timer.stop
+
         def execute_model(scheduler_output, *args, **kwargs):
-            iid = getattr(scheduler_output, STAMP_ATTR, None)
-            record = self._records.get(iid)
-            if record is not None:
-                self.timer.start(iid)
+            record = records.get(getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED))
+            if record is None:
+                output = original(scheduler_output, *args, **kwargs)
+                if output is None:  # sampling and drafting follow in sample_tokens
+                    awaiting.append(None)
+                return output
+            iid = record.native_iteration_id
+            start(iid)
             self._dispatched_mode = None
             output = original(scheduler_output, *args, **kwargs)
-            if record is not None and self._dispatched_mode is not None:
-                record.graph_mode = self._dispatched_mode
-            if output is None:  # sampling and drafting follow in sample_tokens
-                self._awaiting_sample.append(iid if record is not None else None)
-            elif record is not None:
-                self.timer.stop(iid)
+            if self._dispatched_mode is not None:
+                record.dispatched_mode = self._dispatched_mode
+            if output is None:
+                awaiting.append(iid)
+            else:
+                stop(iid)
             return output
         return execute_model
 
     def _dispatch(self, original):
         def dispatch(*args, **kwargs):
             descriptor = original(*args, **kwargs)
-            mode = getattr(descriptor, "cg_mode", None)
-            self._dispatched_mode = None if mode is None else compat.graph_mode_name(mode)
+            # the raw mode: it is named after the window (IterationRecord.graph_mode)
+            self._dispatched_mode = getattr(descriptor, "cg_mode", None)
             return descriptor
         return dispatch
 
     def _sample_tokens(self, original):
+        awaiting, stop = self._awaiting_sample, self.timer.stop
+
         def sample_tokens(*args, **kwargs):
             output = original(*args, **kwargs)
-            iid = self._awaiting_sample.popleft() if self._awaiting_sample else None
+            iid = awaiting.popleft() if awaiting else None
             if iid is not None:
-                self.timer.stop(iid)
+                stop(iid)
             return output
         return sample_tokens
 
     def _update_from_output(self, original):
+        records, in_flight = self._records, self._in_flight
+        freeze = compat.freeze_output
+
         def update_from_output(scheduler_output, model_runner_output, *args, **kwargs):
-            iid = getattr(scheduler_output, STAMP_ATTR, None)
-            if iid is not None:
-                self._book_output(iid, model_runner_output)
-            result = original(scheduler_output, model_runner_output, *args, **kwargs)
-            self._collect(self.timer.poll())
-            return result
+            record = records.get(getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED))
+            if record is not None:
+                # Read before the scheduler consumes the output (it trims tokens in place).
+                record.raw_output = freeze(model_runner_output)
+                if in_flight and in_flight[0] is record:
+                    in_flight.popleft()
+                elif record in in_flight:
+                    in_flight.remove(record)
+                # Later iterations still in flight were scheduled assuming every draft of
+                # this one accepted: note it; their corrections are derived after the window.
+                for later in in_flight:
+                    if later.native_iteration_id > record.native_iteration_id:
+                        if later.outputs_in_flight is None:
+                            later.outputs_in_flight = [record]
+                        else:
+                            later.outputs_in_flight.append(record)
+            return original(scheduler_output, model_runner_output, *args, **kwargs)
         return update_from_output
-
-    def _book_output(self, iid: int, model_runner_output) -> None:
-        with self._lock:
-            if iid in self._in_flight:
-                self._in_flight.remove(iid)
-            record = self._records.get(iid)
-            if record is None:
-                return
-            record.accepted = compat.accepted_tokens(model_runner_output)
-            record.graph_mode = (compat.cudagraph_mode_of_step(model_runner_output)
-                                 or record.graph_mode)
-            self._correct_in_flight(record)
-
-    def _correct_in_flight(self, done: IterationRecord) -> None:
-        """Iterations scheduled before `done`'s output arrived assumed all its drafts were
-        accepted; book the rejected ones against the same request and preemption count."""
-        drafted = {(r.request_id, r.preemptions): r.draft_tokens
-                   for r in done.rows if r.draft_tokens}
-        if not drafted:
-            return
-        accepted = done.accepted or {}
-        for later_id in self._in_flight:
-            later = self._records.get(later_id)
-            if later is None or later_id < done.native_iteration_id:
-                continue
-            for r in later.rows:
-                drafts = drafted.get((r.request_id, r.preemptions))
-                if not drafts:
-                    continue
-                rejected = drafts - max(accepted.get(r.request_id, 0) - 1, 0)
-                if rejected > 0:
-                    later.corrections.append((r.request_id, r.preemptions,
-                                              done.native_iteration_id, rejected))

@@ -151,6 +151,10 @@ SPEC_METHOD_NONE: Final = "none"   # legacy v1 (autoregressive) artifacts only
 DEFAULT_DRAFT_DEPTH = 3
 # The draft depths a consumer (AISimulate) imports; K outside is kept and flagged.
 K_WINDOW = (1, 5)
+# The consumer's repeatability policy (AISimulate): a coordinate is imported when its
+# CONSUMER_REPEATS independent samples vary by a CV of at most CONSUMER_MAX_CV and their
+# median agrees with the source's within CONSUMER_MAX_DISAGREEMENT (relative).
+CONSUMER_REPEATS, CONSUMER_MAX_CV, CONSUMER_MAX_DISAGREEMENT = 5, 0.05, 0.05
 
 # Identity fields are resolved (value + source) or unresolved (reason); never guessed.
 IdentityStatus = Literal["resolved", "unresolved"]

@@ -1,0 +1,84 @@
+"""Where the observer's host time goes, per step: cProfile's own-time of the observer's
+functions and of what they call over attached decode runs (cProfile inflates each call by
+its own cost), then, on CUDA, the event calls timed bare in a loop."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import time
+from pathlib import Path
+
+from pytest_sdbench.collector import sampling_params
+
+from .probes import decode_prompts, observed
+
+# the engine methods the observer wraps (some under torch's decorator): not its own time
+WRAPPED = frozenset({"schedule", "update_from_output", "execute_model", "sample_tokens",
+                     "dispatch", "decorate_context"})
+
+
+def run(bench) -> None:
+    for batch in bench.sizes.overhead_batches:
+        observer_breakdown(bench, batch)
+    if bench.engine.device == "cuda":
+        event_calls(bench)
+
+
+def _ours(key) -> bool:
+    return "pytest_sdbench/observer" in key[0] or key[0].endswith("engine/compat.py")
+
+
+def observer_breakdown(bench, batch: int) -> None:
+    engine, sizes = bench.engine, bench.sizes
+    profiler = cProfile.Profile()
+    for _ in range(bench.rounds):
+        prompts = decode_prompts(engine, batch, sizes.context)
+        with observed(engine):
+            profiler.enable()
+            engine.generate(prompts, sampling_params(sizes.tokens))
+            profiler.disable()
+    stats = pstats.Stats(profiler).stats
+    spent: dict[str, float] = {}  # the observer's own time, and what it calls (engine excluded)
+    for key, (_, _, own, _, callers) in stats.items():
+        if _ours(key):
+            where = f"{Path(key[0]).name}:{key[1]}({key[2]})"
+            spent[where] = spent.get(where, 0.0) + own
+        elif key[2] not in WRAPPED:
+            called = sum(ct for caller, (_, _, _, ct) in callers.items() if _ours(caller))
+            if called:
+                spent[key[2]] = spent.get(key[2], 0.0) + called
+    steps = max((n for key, (n, *_r) in stats.items() if key[2] == "schedule"), default=1)
+    bench.table.row(f"observer breakdown B={batch} (cProfile, {steps} steps)",
+                    f"{1e6 * sum(spent.values()) / steps:.1f} us a step under the profiler; "
+                    "largest: " + ", ".join(f"{where} {1e6 * t / steps:.1f} us" for where, t in
+                                            sorted(spent.items(), key=lambda kv: -kv[1])[:10]))
+
+
+def event_calls(bench, loops: int = 2000) -> None:
+    import torch
+
+    def each(fn) -> float:
+        started = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        return 1e6 * (time.perf_counter() - started) / loops
+    stream = torch.cuda.current_stream()
+    ready = torch.cuda.Event(enable_timing=True)
+    ready.record(stream)
+    later = torch.cuda.Event(enable_timing=True)
+    later.record(stream)
+    torch.cuda.synchronize()
+    costs = {
+        "torch.cuda.current_stream()": each(torch.cuda.current_stream),
+        "Event.record() (reads the current stream)": each(ready.record),
+        "Event.record(stream)": each(lambda: ready.record(stream)),
+        "Event() + first record (creates the CUDA event)": each(
+            lambda: torch.cuda.Event(enable_timing=True).record(stream)),
+        "Event.query() (completed)": each(ready.query),
+        "Event.elapsed_time()": each(lambda: ready.elapsed_time(later)),
+        "time.perf_counter()": each(time.perf_counter),
+    }
+    torch.cuda.synchronize()
+    bench.table.row("CUDA event calls, bare (us a call)",
+                    ", ".join(f"{k} {v:.2f}" for k, v in costs.items()))
