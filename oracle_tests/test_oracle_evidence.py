@@ -36,6 +36,16 @@ def _observer(engine) -> Iterator[NativeObserver]:
         observer.detach()
 
 
+
+@pytest.fixture(autouse=True)
+def _engine_in_this_process(sdbench_engine):
+    """These checks read the engine's scheduler, requests and stream in this process; a
+    tensor-parallel engine lives in its rank processes (there, every collection's rank
+    agreement and each rank's restoration check stand in)."""
+    if sdbench_engine.spec.tensor_parallel_size > 1:
+        pytest.skip("reads the engine in this process; a tensor-parallel engine lives in its "
+                    "rank processes")
+
 def test_timed_steps_fit_in_the_wall_time_of_their_generate_call(sdbench_engine, sdbench_note):
     """Steps run one after another inside generate(), so their times (worker timer or CUDA
     events) can never add up to more than the call's wall time, read here by the test."""
