@@ -85,7 +85,9 @@ class Comparison:
         if self.regressed:
             parts.append(f"{len(self.regressed)} point(s) regressed")
         if self.problems:
-            parts.append(f"{len(self.problems)} problem(s): " + "; ".join(self.problems))
+            shown = "; ".join(self.problems[:3])
+            more = f"; and {len(self.problems) - 3} more" if len(self.problems) > 3 else ""
+            parts.append(f"{len(self.problems)} problem(s): {shown}{more}")
         return "FAIL: " + "; ".join(parts)
 
 

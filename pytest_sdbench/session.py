@@ -217,11 +217,30 @@ def check_checkpoints(model: str, draft: str, opt) -> None:
                          f"it loads as {bad[0][1]!r}, which vLLM does not register)")
 
 
-def vllm_architectures() -> set[str] | None:
+# Lists vLLM's registered architectures, out-of-tree plugins' included, as JSON.
+_LIST_ARCHITECTURES = ("import json; from vllm.plugins import load_general_plugins; "
+                       "load_general_plugins(); "
+                       "from vllm.model_executor.models import ModelRegistry; "
+                       "print(json.dumps(sorted(ModelRegistry.get_supported_archs())))")
+
+
+def vllm_architectures(timeout: float = 300.0) -> set[str] | None:
+    """The architectures this Python's vLLM registers; None when that cannot be told (no
+    vLLM, or listing failed: then the engine start says what is wrong). Asked in a child
+    process: importing vLLM here, before the engine's environment is set (HF_HUB_OFFLINE is
+    read when huggingface_hub is imported), would leak into the engine, and its import-time
+    log lines into the one-line error."""
+    import subprocess
     if importlib.util.find_spec("vllm") is None:
         return None
-    from vllm.model_executor.models import ModelRegistry
-    return set(ModelRegistry.get_supported_archs())
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-c", _LIST_ARCHITECTURES], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        return set(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return None
 
 
 def _vllm_version() -> str:
@@ -466,9 +485,11 @@ def write_sweep_index(runs: list[CollectionRun], out_dir: str | Path) -> Path:
 
 def describe(run: CollectionRun) -> str:
     a = run.artifact
+    contended = f", contended: {a.environment.reason}" if a.environment is not None and \
+        a.environment.contended else ""
     return (f"{run.path} (mode {a.mode}, {a.coverage.completed}/{a.coverage.expected} points, "
             f"status {a.status}, device {a.device}, timing {_source(a)}, "
-            f"collection {a.elapsed_seconds:.1f} s)")
+            f"collection {a.elapsed_seconds:.1f} s{contended})")
 
 
 def _source(a: Artifact) -> str:
