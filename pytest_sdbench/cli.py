@@ -3,14 +3,15 @@
     sdbench collect  [--mode agg] [--preset tiny | --model DIR --draft DIR] [--out DIR]
     sdbench validate PATH [PATH ...] [--k-window 1-5]   exit 0 valid, 1 invalid, 2 unusable
     sdbench show     PATH
-    sdbench compare  BASELINE CANDIDATE [--fail-above PCT]
+    sdbench compare  BASELINE CANDIDATE [--fail-above PCT] [--noise-floor PCT]
+                     [--format text|markdown|csv|json]   exit 0 pass, 1 fail, 2 unusable
     sdbench plot     [ARTIFACT ...] [--compare BASELINE CANDIDATE] [--out DIR]  (matplotlib)
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
 import sys
 import time
 
@@ -18,6 +19,7 @@ from .options import add_cli_options, user_engine_args
 from .wire.contract import K_WINDOW, MAX_REPORTED_VIOLATIONS, STATUS_COMPLETE
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
 def _k_window(text: str) -> tuple[int, int]:
@@ -43,11 +45,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="the consumer's draft-depth import window; K outside is flagged")
     s = sub.add_parser("show", help="print an artifact as a table")
     s.add_argument("path", metavar="PATH")
-    m = sub.add_parser("compare", help="per-point time of two artifacts of the same grid")
+    m = sub.add_parser("compare", help="gate a candidate against a baseline, point by point "
+                       "(exit 1 on a regression or an unfair comparison)")
     m.add_argument("baseline", metavar="BASELINE")
     m.add_argument("candidate", metavar="CANDIDATE")
-    m.add_argument("--fail-above", type=float, default=None, metavar="PCT",
-                   help="exit 1 when the median slowdown exceeds PCT percent")
+    m.add_argument("--fail-above", type=float, default=0.0, metavar="PCT",
+                   help="a point regresses when slower by more than its noise and PCT percent "
+                   "(default 0: its noise alone)")
+    m.add_argument("--noise-floor", type=float, default=None, metavar="PCT",
+                   help="the noise of a point measured once on either side (default by device: "
+                   "cpu 35, cuda 20); with repeats, the least noise assumed")
+    m.add_argument("--format", choices=("text", "markdown", "csv", "json"), default="text",
+                   help="output for people (text), CI summaries (markdown), or tools")
     pl = sub.add_parser("plot", help="draw artifacts: PNGs and one self-contained HTML page "
                         "(needs matplotlib: pip install 'pytest-sdbench[plot]')")
     pl.add_argument("paths", nargs="*", metavar="ARTIFACT")
@@ -59,8 +68,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
-            "compare": cmd_compare, "plot": cmd_plot}[args.command](args)
+    try:
+        return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
+                "compare": cmd_compare, "plot": cmd_plot}[args.command](args)
+    except KeyboardInterrupt:   # what was measured is saved (and said) where it was taken
+        _err("sdbench: interrupted")
+        return EXIT_INTERRUPTED
 
 
 def _err(text: str) -> None:
@@ -74,13 +87,15 @@ def cmd_collect(args) -> int:
     # VLLM_LOGGING_LEVEL to see them).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    from .session import engine_spec
+    from .session import InputError, check_inputs, check_vllm_installed, engine_spec
     low, high = K_WINDOW
     outside = [k for k in args.k if not low <= k <= high]
     if outside:
         _err(f"sdbench collect: note: --k {outside} lies outside the import window "
              f"K={low}-{high}; collected and kept, and flagged by `sdbench validate`")
-    try:
+    try:   # everything checkable before an engine starts (15-90 s)
+        check_vllm_installed()
+        check_inputs(vars(args), cli=True, out_dir=args.out)
         specs = [engine_spec(preset=args.preset, model=args.model, draft=args.draft,
                              draft_depth=k, cuda_graphs=args.cuda_graphs,
                              acceptance_length=args.acceptance_length,
@@ -89,7 +104,7 @@ def cmd_collect(args) -> int:
                              target_revision=args.target_revision,
                              draft_revision=args.draft_revision,
                              tensor_parallel_size=args.tp, cli=True) for k in args.k]
-    except ValueError as exc:
+    except (InputError, ValueError) as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE
     runs, worst = [], EXIT_OK
@@ -108,24 +123,54 @@ def cmd_collect(args) -> int:
 def _collect_one(spec, args):
     """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
     from .engine import start_engine
-    from .points import GridError
-    from .session import InvalidArtifact, collect_to_artifact, describe, grid_for
+    from .engine.launch import describe_failure
+    from .points import GridError, load_grid
+    from .session import (
+        ArtifactNotWritten,
+        InvalidArtifact,
+        collect_to_artifact,
+        describe,
+        grid_for,
+    )
+    try:
+        manifest = load_grid(args.grid) if args.grid else None   # checked: read it now
+    except GridError as exc:
+        _err(f"sdbench collect: --grid: {exc}")
+        return EXIT_UNUSABLE, None
     _err(f"sdbench: starting the engine ({spec.preset or spec.target}, K={spec.draft_depth}) ...")
-    engine = start_engine(spec)
+    try:
+        engine = start_engine(spec)
+    except ImportError as exc:
+        _err(f"sdbench collect: vLLM cannot be imported here ({describe_failure(exc)})")
+        return EXIT_UNUSABLE, None
+    except Exception as exc:  # noqa: BLE001 (vLLM refuses in many ways; one line says why)
+        _err(f"sdbench collect: the engine did not start: {describe_failure(exc)}")
+        return EXIT_INVALID, None
     _err(f"sdbench: engine started in {engine.start_seconds:.1f} s on {engine.device}")
     started = time.perf_counter()
 
     def progress(done, total, label):
         _err(f"sdbench [{done}/{total}] {label} ({time.perf_counter() - started:.1f} s)")
     try:
-        grid = grid_for(engine, args.grid)
+        grid = manifest if manifest is not None else grid_for(engine)
         run = collect_to_artifact(engine, args.mode, grid, args.out, progress=progress,
-                                  repeats=args.repeats)
+                                  repeats=args.repeats, notify=_err)
     except GridError as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE, None
     except InvalidArtifact as exc:
         _err(f"sdbench collect: {exc}")
+        return EXIT_INVALID, None
+    except ArtifactNotWritten as exc:   # the table still, and where the data is
+        print(_table(exc.artifact))
+        _err(f"sdbench collect: {exc}")
+        if exc.partial_path is None:
+            _err("sdbench collect: the artifact follows on stdout as JSON")
+            from .wire import typed
+            print(json.dumps(typed.encode(exc.artifact), indent=1))
+        return EXIT_INVALID, None
+    except Exception as exc:  # noqa: BLE001 (the engine failed; the partial line was said)
+        _err(f"sdbench collect: the collection failed: {describe_failure(exc)}")
         return EXIT_INVALID, None
     finally:
         engine.shutdown()
@@ -224,35 +269,20 @@ def cmd_show(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    """The gate (compare.py): exit 1 on a regressed point or an unfair comparison (a
+    missing point, a partial side, another mode, a contended side), 2 on unusable input."""
+    from .compare import compare, render
     base, code = _load_valid(args.baseline)
     if base is None:
-        return code
+        return EXIT_UNUSABLE
     cand, code = _load_valid(args.candidate)
     if cand is None:
-        return code
-    if base.integrity.grid_digest != cand.integrity.grid_digest:
-        _err("sdbench compare: the two artifacts were collected on different grids "
-             f"({base.integrity.grid_digest} vs {cand.integrity.grid_digest})")
         return EXIT_UNUSABLE
-    before = {name: o.timing.seconds for name, _, o in _rows(base)}
-    ratios = []
-    print(f"{'point':<12} {'coordinates':<44} {'base ms':>9} {'cand ms':>9} {'change':>8}")
-    for name, coords, o in _rows(cand):
-        if name not in before:
-            continue
-        ratio = o.timing.seconds / before[name]
-        ratios.append(ratio)
-        print(f"{name:<12} {coords:<44} {before[name] * 1e3:>9.3f} "
-              f"{o.timing.seconds * 1e3:>9.3f} {100 * (ratio - 1):>+7.1f}%")
-    if not ratios:
-        _err("sdbench compare: no point was measured in both artifacts")
-        return EXIT_UNUSABLE
-    median = 100 * (statistics.median(ratios) - 1)
-    print(f"median change {median:+.1f}% over {len(ratios)} points")
-    if args.fail_above is not None and median > args.fail_above:
-        print(f"FAIL: median slowdown {median:+.1f}% exceeds {args.fail_above}%")
-        return EXIT_INVALID
-    return EXIT_OK
+    result = compare(base, cand, fail_above_pct=args.fail_above,
+                     noise_floor_pct=args.noise_floor, base_name=args.baseline,
+                     cand_name=args.candidate)
+    print(render(result, args.format))
+    return EXIT_INVALID if result.failed else EXIT_OK
 
 
 def cmd_plot(args) -> int:

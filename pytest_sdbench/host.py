@@ -4,18 +4,32 @@ recorded in the artifact (RunEnvironment); the validator and `compare` flag cont
 
 Other engines are found through a registry of lock files, one per live engine, each held
 locked (fcntl) by its process for the engine's lifetime: a file that can be locked belongs
-to a process that is gone."""
+to a process that is gone. Such a stale entry is removed, with the vllm_dist_* FileStore
+file its engine recorded (vLLM removes it at a clean shutdown; a killed process cannot).
+
+The monitor samples other engines at the start, after every point (the collector's
+checkpoint) and at the end, and keeps the most it saw: two engines whose collections
+overlap see each other even when one ends first. CPU use is measured over the whole
+collection from /proc/stat, less this process's own CPU time (the engine runs in it).
+
+Under pytest-xdist on CUDA each worker gets a GPU of its own (gpu_for_worker); on CPU
+concurrent engines are recorded here, flagged by the validator, and fail `sdbench compare`.
+"""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import IO
 
 from .wire.contract import CONTENTION_OTHER_CORES
 from .wire.model import RunEnvironment
+
+CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
 def registry_dir() -> Path:
@@ -32,6 +46,14 @@ class EngineRegistration:
         self.path = registry_dir() / f"{os.getpid()}.lock"
         self._handle: IO[str] | None = open(self.path, "w")  # noqa: SIM115 (held for the engine's lifetime)
         fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.record()
+
+    def record(self, dist_file: str | None = None) -> None:
+        """What a later process needs to clean up after this one if it dies."""
+        self._handle.seek(0)
+        self._handle.truncate()
+        self._handle.write(json.dumps({"pid": os.getpid(), "dist_file": dist_file}))
+        self._handle.flush()
 
     def close(self) -> None:
         if self._handle is not None:
@@ -53,10 +75,22 @@ def other_engines() -> int:
                 except BlockingIOError:
                     count += 1      # held: its engine is alive
                     continue
+                _remove_dist_file(handle.read())
             path.unlink(missing_ok=True)  # a stale entry of a process that is gone
         except FileNotFoundError:
             continue
     return count
+
+
+def _remove_dist_file(entry: str) -> None:
+    """The vllm_dist_* file a dead engine recorded (only such a file, in the temp folder)."""
+    try:
+        dist_file = json.loads(entry).get("dist_file")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(dist_file, str) and Path(dist_file).name.startswith("vllm_dist_") and \
+            Path(dist_file).parent == Path(tempfile.gettempdir()):
+        Path(dist_file).unlink(missing_ok=True)
 
 
 def _busy_seconds() -> float:
@@ -80,44 +114,92 @@ def _own_seconds(pids: tuple[int, ...] = ()) -> float:
     return total
 
 
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES entries (indices or
+    UUIDs), found without initialising CUDA: that variable when set, else every device
+    NVML counts; none without NVML (no NVIDIA driver)."""
+    chosen = os.environ.get(CUDA_VISIBLE_ENV)
+    if chosen is not None:
+        return [d.strip() for d in chosen.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:  # noqa: BLE001 (no NVML, no driver: no CUDA device to assign)
+        return []
+
+
+def gpu_for_worker(worker_index: int, workers: int, visible: list[str]) -> str:
+    """The device of pytest-xdist worker `worker_index` of `workers`: one GPU per worker,
+    by index over the visible devices; more workers than GPUs is refused (engines sharing a
+    GPU time each other's kernels)."""
+    if workers > len(visible):
+        raise ValueError(f"pytest-xdist runs {workers} workers, one sdbench engine each, but "
+                         f"{len(visible)} CUDA device(s) are visible ({','.join(visible)}); "
+                         f"run with -n {len(visible)} or fewer (each worker gets a GPU of its "
+                         "own)")
+    return visible[worker_index]
+
+
+def _nvml_handle(pynvml, torch_index: int):
+    """NVML numbers devices physically and ignores CUDA_VISIBLE_DEVICES; torch counts only
+    the visible ones, in that variable's order."""
+    visible = os.environ.get(CUDA_VISIBLE_ENV)
+    if visible is None:
+        return pynvml.nvmlDeviceGetHandleByIndex(torch_index)
+    entry = [d.strip() for d in visible.split(",")][torch_index]
+    if entry.isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return pynvml.nvmlDeviceGetHandleByUUID(entry)
+
+
 def _gpu_processes(gpu_indices: tuple[int, ...], own_pids: tuple[int, ...] = ()) -> int | None:
     if not gpu_indices:
         return None
     try:
         import pynvml
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 (no NVML: unknown, not zero)
+        pids = set()
+        for index in gpu_indices:
+            handle = _nvml_handle(pynvml, index)
+            pids |= {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+    except Exception:  # noqa: BLE001 (no NVML, or it cannot tell: unknown, not zero)
         return None
-    pids = set()
-    for index in gpu_indices:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        pids |= {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
     return len(pids - {os.getpid(), *own_pids})
 
 
 class HostMonitor:
-    """Brackets a collection: other processes' mean CPU use over it, other engines and
-    GPU processes at its end."""
+    """Brackets a collection: other processes' mean CPU use over it; the most other engines
+    and GPU processes seen at its start, at each sample() (after every point) and at the
+    end."""
 
     def __init__(self, gpu_indices: tuple[int, ...] = (), own_pids: tuple[int, ...] = ()):
         self.gpu_indices = gpu_indices
         self.own_pids = own_pids  # a tensor-parallel engine's rank processes
+        self._engines, self._gpus = 0, None
 
     def __enter__(self) -> HostMonitor:
-        import time
         self._t0, self._busy0 = time.monotonic(), _busy_seconds()
         self._own0 = _own_seconds(self.own_pids)
+        self.sample()
         return self
 
     def __exit__(self, *exc) -> None:
         return None
 
+    def sample(self) -> None:
+        self._engines = max(self._engines, other_engines())
+        gpus = _gpu_processes(self.gpu_indices, self.own_pids)
+        if gpus is not None:
+            self._gpus = max(self._gpus or 0, gpus)
+
     def environment(self) -> RunEnvironment:
-        import time
+        """The environment so far (a checkpoint asks mid-collection; the end asks last)."""
+        self.sample()
         wall = max(time.monotonic() - self._t0, 1e-9)
         own = _own_seconds(self.own_pids) - self._own0
         other = max((_busy_seconds() - self._busy0) - own, 0.0) / wall
-        engines, gpus = other_engines(), _gpu_processes(self.gpu_indices, self.own_pids)
+        engines, gpus = self._engines, self._gpus
         reasons = []
         if engines:
             reasons.append(f"{engines} other sdbench engine(s) alive on this host")

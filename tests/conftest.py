@@ -6,6 +6,14 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _artifacts_in_a_tmp_dir(pytestconfig, tmp_path_factory):
+    """The project's own tests write their artifacts under pytest's tmp folder, never into
+    the user's <rootdir>/sdbench-artifacts (unless --sdbench-artifact-dir names a folder)."""
+    if not pytestconfig.getoption("sdbench_artifact_dir"):
+        pytestconfig.option.sdbench_artifact_dir = str(tmp_path_factory.mktemp("artifacts"))
+
+
 @pytest.fixture
 def cpu_artifact_data():
     """A real artifact, written by a CPU collection of the tiny preset (vLLM 0.32)."""

@@ -8,6 +8,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.cli import main
 
 GRID = {"prefill": [{"batch_size": 2, "new_tokens": 48, "cached_prefix_tokens": 0}],
         "decode": [{"batch_size": 2, "context_tokens": 64, "draft_depth": 3,
@@ -92,8 +93,8 @@ def test_vram_and_cuda_markers_skip_with_a_reason_on_cpu(pytester):
 def test_model_without_draft_is_a_usage_error(pytester):
     pytester.makepyfile("def test_x(sdbench_engine_spec): pass")
     result = pytester.runpytest(f"--sdbench-model={pytester.path}")
-    result.stdout.fnmatch_lines(["*--sdbench-model and --sdbench-draft go together*"])
-    assert result.ret != 0
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --sdbench-model and --sdbench-draft go together*"])
 
 
 def _downstream(pytester, mode):
@@ -120,7 +121,9 @@ def test_downstream_collection_writes_a_valid_artifact_and_shuts_down(pytester):
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
-def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pytester):
+def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pytester, capsys):
+    """Two engines on one 2-core CPU time each other: both artifacts say so (contended, the
+    other engine seen through the registry), and `sdbench compare` refuses them."""
     args = _downstream(pytester, "prefill")
     result = pytester.runpytest_subprocess(*args, "-n", "2", "--dist", "each", timeout=600)
     result.assert_outcomes(passed=2)
@@ -130,4 +133,11 @@ def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pyteste
     assert workers == ["gw0", "gw1"]
     assert all(validate_path(p).ok for p in artifacts)
     for path in artifacts:
-        result.stdout.fnmatch_lines([f"artifact: {path} (mode prefill*"])
+        result.stdout.fnmatch_lines([f"artifact: {path} (mode prefill*, contended: *"])
+        env = validate_path(path).artifact.environment
+        assert env.contended and env.other_sdbench_engines == 1, env
+        assert "1 other sdbench engine(s) alive on this host" in env.reason
+    assert main(["compare", *map(str, artifacts)]) == 1
+    out = capsys.readouterr().out
+    assert "baseline: ran contended (1 other sdbench engine(s)" in out
+    assert "candidate: ran contended (1 other sdbench engine(s)" in out

@@ -6,12 +6,17 @@ from __future__ import annotations
 import operator
 import os
 import platform
+import sys
 from typing import Any, NamedTuple
 
 # The engine core and the worker must live in this process: the observer wraps the
 # scheduler and the worker of the running engine, and joins them through the very
-# SchedulerOutput object that the scheduler hands to the worker.
+# SchedulerOutput object that the scheduler hands to the worker. Nothing is fetched.
 IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+# Set unless the user set them: no usage report leaves the machine; the FlashInfer sampler
+# is off (the GPU host's wheels lack it).
+DEFAULT_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+               "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 
 
 # The smallest KV block each device's attention backend takes: cached prefixes are whole
@@ -26,10 +31,56 @@ TENSOR_PARALLEL_ENV = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "NCCL_NVLS_ENABLE": "
 EXTERNAL_LAUNCHER = "external_launcher"
 
 
-def prepare_environment() -> None:
-    for key, value in IN_PROCESS_ENV.items():
-        os.environ[key] = value
-    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+def prepare_environment() -> dict[str, str | None]:
+    """Set the environment the engine needs while it starts and runs; return what each
+    changed variable held before (None: unset), for restore_environment at shutdown, so
+    that the rest of a pytest process runs in the user's own environment."""
+    wanted = {**{k: v for k, v in DEFAULT_ENV.items() if k not in os.environ},
+              **IN_PROCESS_ENV}
+    saved = {k: os.environ.get(k) for k, v in wanted.items() if os.environ.get(k) != v}
+    os.environ.update(wanted)
+    return saved
+
+
+def restore_environment(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def distributed_store_file(llm) -> str | None:
+    """The file of the torch.distributed FileStore vLLM's single-process executor set up
+    (``vllm_dist_*`` in the temp folder); vLLM removes it when the engine core shuts down,
+    but a process that dies first leaves it behind."""
+    method = str(getattr(worker(llm), "distributed_init_method", "") or "")
+    return method.removeprefix("file://") if method.startswith("file://") else None
+
+
+def shutdown_engine(llm) -> None:
+    """Shut the engine core down (executor, worker, scheduler) and tear down the distributed
+    state it set up in this process, so that another engine can start here."""
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    finally:
+        release_distributed()
+
+
+def release_distributed() -> None:
+    """Tear down torch.distributed state an engine set up here (vLLM 0.32's engine core does
+    it at shutdown; older releases, or a start that failed halfway, leave it set)."""
+    dist = sys.modules.get("torch.distributed")   # never imported: nothing was set up
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        cleanup_dist_env_and_memory()
+
+
+def computed_tokens(llm) -> int:
+    """Tokens the scheduler's requests have computed so far: it grows whenever a step does
+    work (chunked prefill steps return no output), so the step watchdog reads progress
+    from it."""
+    return sum(int(r.num_computed_tokens) for r in scheduler(llm).requests.values())
 
 
 def vllm_version() -> str:

@@ -1,10 +1,21 @@
-"""Start and stop the engine: an in-process vLLM LLM with an EAGLE3 draft."""
+"""Start and stop the engine: an in-process vLLM LLM with an EAGLE3 draft.
+
+An engine that failed (an exception, a pytest-timeout or a KeyboardInterrupt out of a
+request it was serving, or out of a collection on it) is never used again: it is marked
+unusable with the cause and shut down at once. vLLM leaves the requests of an interrupted
+step half-scheduled, and its next generate() then steps forever without progress (seen:
+LLM._run_engine at 100% CPU for 10 minutes, memory growing). Every generate() also runs
+under a step watchdog of our own: a step loop that makes no progress for
+SDBENCH_STALL_SECONDS (default 120) is aborted with EngineStalled.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +28,71 @@ from .facts import resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
 
 PROBE_PROMPT_TOKENS, PROBE_MAX_TOKENS = 48, 16
+STALL_ENV, DEFAULT_STALL_SECONDS = "SDBENCH_STALL_SECONDS", 120.0
+
+
+class EngineUnusable(RuntimeError):
+    """The engine failed earlier (or was shut down) and is not used again."""
+
+
+class EngineStalled(RuntimeError):
+    """The engine's step loop made no progress within the stall bound."""
+
+
+def stall_seconds() -> float:
+    text = os.environ.get(STALL_ENV)
+    if text is None:
+        return DEFAULT_STALL_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{STALL_ENV}: expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"{STALL_ENV}: must be > 0, got {text!r}")
+    return value
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line naming an exception: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return type(exc).__name__ + (f": {text[0]}" if text else "")
+
+
+class StepWatchdog:
+    """Bounds LLM._run_engine's loop: wraps llm_engine.step (an instance attribute, removed
+    afterwards) and raises EngineStalled when no step has returned output or advanced the
+    scheduler's computed tokens for `bound` seconds. It runs between steps, outside the
+    timed model step."""
+
+    def __init__(self, llm, bound: float):
+        self.llm, self.bound = llm, bound
+
+    def __enter__(self) -> StepWatchdog:
+        engine = self.llm.llm_engine
+        self._had = "step" in vars(engine)
+        original = engine.step
+        last = {"at": time.monotonic(), "tokens": compat.computed_tokens(self.llm)}
+
+        def step(*args, **kwargs):
+            outputs = original(*args, **kwargs)
+            now, tokens = time.monotonic(), compat.computed_tokens(self.llm)
+            if outputs or tokens != last["tokens"]:
+                last.update(at=now, tokens=tokens)
+            elif now - last["at"] > self.bound:
+                raise EngineStalled(f"the engine's step loop made no progress for "
+                                    f"{now - last['at']:.0f} s (bound {self.bound:g} s, "
+                                    f"{STALL_ENV}); the engine is shut down")
+            return outputs
+        self._original = original
+        engine.step = step
+        return self
+
+    def __exit__(self, *exc) -> None:
+        engine = self.llm.llm_engine
+        if self._had:
+            engine.step = self._original
+        else:
+            vars(engine).pop("step", None)
 
 
 @dataclass(frozen=True)
@@ -45,6 +121,38 @@ class SdbenchEngine:
     closed: bool = False
     registration: EngineRegistration | None = field(default=None, repr=False)
     prompt_rng: random.Random = field(default_factory=random.Random, repr=False)
+    failure: str | None = None     # why the engine is unusable (it is then shut down)
+    restarts: int = 0              # fresh engines started in place of failed ones
+    saved_env: dict = field(default_factory=dict, repr=False)   # restored at shutdown
+    dist_file: str | None = None   # vLLM's FileStore file (vllm_dist_*), removed at shutdown
+
+    @property
+    def usable(self) -> bool:
+        return self.failure is None and not self.closed
+
+    def check_usable(self) -> None:
+        if self.failure is not None:
+            raise EngineUnusable(f"the engine failed earlier ({self.failure}) and was shut "
+                                 "down; it is not reused")
+        if self.closed:
+            raise EngineUnusable("the engine is shut down")
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the engine unusable with its first cause, and shut it down now."""
+        if self.failure is None:
+            self.failure = describe_failure(exc)
+        self.shutdown()
+
+    def restart(self) -> None:
+        """Start a fresh engine of the same spec in this object's place (the fixtures that
+        hold it see the new one); counts the restart."""
+        self.shutdown()
+        self.restarts += 1     # counted before the start: a start that fails counts too
+        fresh = start_engine(self.spec)
+        restarts = self.restarts
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+        self.restarts = restarts
 
     @property
     def block_size(self) -> int:
@@ -78,18 +186,27 @@ class SdbenchEngine:
 
     def fresh_tokens(self, n: int) -> list[int]:
         """n prompt token ids from one stream per engine, so prompts never repeat on it."""
+        self.check_usable()
         top = self.vocab_size
         return [self.prompt_rng.randrange(FIRST_PROMPT_TOKEN, top) for _ in range(n)]
 
     def generate(self, prompts: list[list[int]], sampling_params):
-        if self.closed:
-            raise RuntimeError("engine is shut down")
-        return self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params,
-                                 use_tqdm=False)
+        """Serve the prompts under the step watchdog; anything raised out of the engine
+        (including KeyboardInterrupt and pytest-timeout's) marks it unusable and shuts it
+        down before the exception goes on."""
+        self.check_usable()
+        try:
+            with StepWatchdog(self.llm, stall_seconds()):
+                return self.llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                         sampling_params, use_tqdm=False)
+        except BaseException as exc:
+            self.fail(exc)
+            raise
 
     def probe(self) -> ServingProbe:
         """Serve one ordinary greedy request and note the engine's installed attributes."""
         from vllm import SamplingParams
+        self.check_usable()
         span = self.vocab_size - FIRST_PROMPT_TOKEN
         prompt = [(7 * i) % span + FIRST_PROMPT_TOKEN for i in range(PROBE_PROMPT_TOKENS)]
         params = SamplingParams(max_tokens=PROBE_MAX_TOKENS, **GENERATION_SAMPLING)
@@ -111,20 +228,40 @@ class SdbenchEngine:
         return (torch.cuda.current_device(),)
 
     def shutdown(self) -> None:
-        """Stop the engine core and free its memory; idempotent."""
+        """Stop the engine core (executor, worker, scheduler, distributed state), free its
+        memory, remove its registry entry and FileStore file, and restore the environment
+        variables the start changed; idempotent, and complete even when a step fails."""
         if self.closed:
             return
         self.closed = True
-        if self.registration is not None:
-            self.registration.close()
         try:
-            self.llm.llm_engine.engine_core.shutdown()
+            if self.llm is not None:
+                compat.shutdown_engine(self.llm)
         finally:
             self.llm = None
             gc.collect()
             if self.device == "cuda":
                 import torch
                 torch.cuda.empty_cache()
+            if self.dist_file:
+                _remove(self.dist_file)
+            if self.registration is not None:
+                self.registration.close()
+            compat.restore_environment(self.saved_env)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def engine_threads() -> list[str]:
+    """Names of this process's live non-daemon threads besides the main one (after a
+    shutdown: none of the engine's may remain)."""
+    return sorted(t.name for t in threading.enumerate()
+                  if t is not threading.main_thread() and not t.daemon)
 
 
 def start_engine(spec: EngineSpec):
@@ -138,17 +275,38 @@ def start_engine(spec: EngineSpec):
 
 
 def start_local_engine(spec: EngineSpec) -> SdbenchEngine:
-    compat.prepare_environment()
-    from vllm import LLM  # imported late: the environment above must be set first
-    device = compat.device_type()
-    kwargs = compat.engine_kwargs(spec, device)
-    started = time.perf_counter()
-    llm = LLM(**kwargs)
-    seconds = time.perf_counter() - started
-    engine = SdbenchEngine(spec=spec, llm=llm, device=device, prompt_rng=random.Random(spec.seed),
-                           identity=resolve_identity(llm, spec),
-                           kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds)
-    if ranks.rank() == 0:  # one registry entry per engine, however many ranks it has
-        engine.registration = EngineRegistration()
-    engine.baseline = engine.probe()
-    return engine
+    """Start the engine; the environment it needs is set for its lifetime. A start that
+    fails leaves nothing behind (the environment restored, the registry entry removed)."""
+    saved_env = compat.prepare_environment()
+    # Before the start, so that a concurrent start sees it; one entry per engine, however
+    # many ranks it has (rank 0's).
+    registration = EngineRegistration() if ranks.rank() == 0 else None
+    engine = None
+    try:
+        from vllm import LLM  # imported late: the environment above must be set first
+        device = compat.device_type()
+        kwargs = compat.engine_kwargs(spec, device)
+        started = time.perf_counter()
+        llm = LLM(**kwargs)
+        seconds = time.perf_counter() - started
+        engine = SdbenchEngine(spec=spec, llm=llm, device=device,
+                               prompt_rng=random.Random(spec.seed),
+                               identity=resolve_identity(llm, spec),
+                               kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds,
+                               registration=registration, saved_env=saved_env,
+                               dist_file=compat.distributed_store_file(llm))
+        if registration is not None:
+            registration.record(dist_file=engine.dist_file)
+        engine.baseline = engine.probe()
+        return engine
+    except BaseException:
+        if engine is not None:
+            engine.shutdown()
+        else:
+            try:
+                compat.release_distributed()
+            finally:
+                if registration is not None:
+                    registration.close()
+                compat.restore_environment(saved_env)
+        raise

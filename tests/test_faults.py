@@ -1,0 +1,312 @@
+"""Faults and bad input (issue 11): nothing hangs, nothing measured is lost, input is refused
+before an engine starts.
+
+- inputs: pytest refuses with one usage error (exit 4), the CLI with one line and exit 2
+  naming the option as it spells it; no engine starts, no file is left;
+- an engine error and a pytest-timeout mid-collection on the real CPU engine: the partial
+  artifact validates as partial, the next test gets a fresh engine, and a second failure
+  makes the next test fail fast (never a hang);
+- Ctrl-C mid-collection (`sdbench collect`): a partial artifact, one line, exit 130;
+- a final write that fails (a full disk): the table still, and where the data is.
+"""
+
+import importlib.util
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.cli import main
+
+SUBPROCESS_TIMEOUT = 600
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def _grid(tmp_path, batches=(1, 2, 3), context=64) -> str:
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"decode": [
+        {"batch_size": b, "context_tokens": context, "draft_depth": 3,
+         "acceptance_length": None} for b in batches]}))
+    return str(path)
+
+
+def _checkpoint_pair(tmp_path):
+    """A target + draft directory pair whose target names an architecture vLLM lacks (the
+    check asks vLLM's registry, so these cases need vLLM installed)."""
+    from pytest_sdbench.engine import materialize
+    target, draft = materialize("tiny", tmp_path / "models")
+    config = json.loads((target / "config.json").read_text())
+    config["architectures"] = ["FooBarForCausalLM"]
+    (target / "config.json").write_text(json.dumps(config))
+    return target, draft
+
+
+# ---- inputs, checked before an engine starts --------------------------------------------
+
+def _pytest_cases(tmp_path):
+    (tmp_path / "empty.json").write_text("{}")
+    (tmp_path / "a-file").write_text("")
+    target, draft = _checkpoint_pair(tmp_path)
+    return {
+        "grid is a directory": ([f"--sdbench-grid={tmp_path}"],
+                                f"--sdbench-grid: grid manifest {tmp_path}: is a directory"),
+        "empty grid": ([f"--sdbench-grid={tmp_path / 'empty.json'}"],
+                       "--sdbench-grid: the grid holds no prefill or decode point, so mode agg "
+                       "has nothing to measure"),
+        "acceptance length on CPU": (["--sdbench-acceptance-length=2"],
+                                     "--sdbench-acceptance-length: vLLM's synthetic rejection "
+                                     "sampler runs on CUDA only"),
+        **({"unsupported architecture": ([f"--sdbench-model={target}",
+                                          f"--sdbench-draft={draft}"],
+                                         "--sdbench-model: architecture 'FooBarForCausalLM' "
+                                         "in ")} if HAVE_VLLM else {}),
+        "artifact dir is a file": ([f"--sdbench-artifact-dir={tmp_path / 'a-file'}"],
+                                   f"--sdbench-artifact-dir: {tmp_path / 'a-file'} is not a "
+                                   "directory"),
+        "decode point of another K": ([f"--sdbench-grid={_grid(tmp_path)}", "--sdbench-k=2"],
+                                      "--sdbench-grid: decode[0].draft_depth is 3, the engine "
+                                      "runs K=2 (--sdbench-k)"),
+    }
+
+
+def test_pytest_refuses_bad_input_with_one_usage_error(pytester, tmp_path):
+    """Exit 4 and one line, at configure time: no test runs, no engine starts."""
+    pytester.makepyfile("def test_profile(sdbench_collection): pass\n"
+                        "def test_engine(sdbench_engine): pass\n")
+    for case, (args, message) in _pytest_cases(tmp_path).items():
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, case
+        lines = [line for line in result.errlines if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"ERROR: {message}"), (case, lines)
+        assert not (pytester.path / "sdbench-artifacts").exists(), case
+
+
+def _cli_cases(tmp_path):
+    (tmp_path / "empty.json").write_text("{}")
+    (tmp_path / "a-file").write_text("")
+    target, draft = _checkpoint_pair(tmp_path)
+    out = str(tmp_path / "out")
+    return {
+        "grid is a directory": (["--grid", str(tmp_path), "--out", out],
+                                f"sdbench collect: --grid: grid manifest {tmp_path}: is a "
+                                "directory, not a JSON file"),
+        "empty grid": (["--grid", str(tmp_path / "empty.json"), "--out", out],
+                       "sdbench collect: --grid: the grid holds no prefill or decode point"),
+        "acceptance length on CPU": (["--acceptance-length", "2", "--out", out],
+                                     "sdbench collect: --acceptance-length: vLLM's synthetic"),
+        **({"unsupported architecture": (["--model", str(target), "--draft", str(draft),
+                                          "--out", out],
+                                         "sdbench collect: --model: architecture "
+                                         "'FooBarForCausalLM'")} if HAVE_VLLM else {}),
+        "model without draft": (["--model", str(target), "--out", out],
+                                "sdbench collect: --model and --draft go together"),
+        "out is a file": (["--out", str(tmp_path / "a-file" / "sub")],
+                          f"sdbench collect: --out: {tmp_path / 'a-file' / 'sub'} cannot be "
+                          f"created: {tmp_path / 'a-file'} is not a directory"),
+    }
+
+
+def test_cli_refuses_bad_input_with_one_line_and_exit_2(tmp_path, capsys):
+    for case, (args, message) in _cli_cases(tmp_path).items():
+        assert main(["collect", *args]) == 2, case
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(message), (case, lines)
+        assert not (tmp_path / "out").exists(), case
+
+
+def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, capsys):
+    assert main(["collect", "--k", "99", "--grid", str(tmp_path), "--out",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("sdbench collect: note: --k [99] lies outside the import window K=1-5; "
+                      "collected and kept, and flagged by `sdbench validate`")
+    assert err[1].startswith("sdbench collect: --grid: ") and len(err) == 2
+
+
+def test_cli_without_vllm_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "vllm", None)   # as if vLLM were not installed
+    assert main(["collect", "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("sdbench collect: vLLM is not installed in this Python")
+
+
+# ---- engine failures ----------------------------------------------------------------------
+
+FAULT_CONFTEST = """
+import time
+
+import pytest
+
+from pytest_sdbench.engine import compat
+
+
+@pytest.fixture
+def fault_at_batch_3(sdbench_engine):
+    '''The worker's execute_model misbehaves on any step of 3 requests (the grid's last
+    point): raises, or hangs until pytest-timeout fires.'''
+    def install(kind):
+        worker = compat.worker(sdbench_engine.llm)
+        original = worker.execute_model
+
+        def execute_model(scheduler_output, *args, **kwargs):
+            if len(scheduler_output.num_scheduled_tokens) == 3:
+                if kind == "raise":
+                    raise RuntimeError("injected fault in execute_model")
+                time.sleep(300)
+            return original(scheduler_output, *args, **kwargs)
+        worker.execute_model = execute_model
+    return install
+"""
+
+FAULT_TESTS = """
+import pytest
+
+
+def test_1_engine_error(fault_at_batch_3, sdbench_collect):
+    fault_at_batch_3("raise")
+    sdbench_collect("decode")
+
+
+def test_2_next_test_gets_a_fresh_engine(sdbench_engine):
+    assert sdbench_engine.restarts == 1 and sdbench_engine.usable
+    assert len(sdbench_engine.probe().tokens) == 16
+
+
+@pytest.mark.timeout(20)
+def test_3_timeout_mid_collection(fault_at_batch_3, sdbench_collect):
+    fault_at_batch_3("hang")
+    sdbench_collect("decode")
+
+
+def test_4_fails_fast_after_the_second_failure(sdbench_engine):
+    raise AssertionError("must not run: the engine failed twice")
+"""
+
+
+def _partials(out_dir):
+    return sorted(out_dir.glob("*.partial.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester, tmp_path):
+    pytester.makeconftest(FAULT_CONFTEST)
+    pytester.makepyfile(test_faulty=FAULT_TESTS)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--sdbench-grid={_grid(tmp_path)}",
+        "--sdbench-artifact-dir=out", timeout=SUBPROCESS_TIMEOUT)
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=1, failed=2, errors=1)
+    assert elapsed < 240, f"took {elapsed:.0f} s"
+    result.stdout.fnmatch_lines([
+        "*sdbench: RuntimeError: injected fault in execute_model: 2/3 points kept in the "
+        "partial artifact *.partial.json (status partial)*",
+        "*sdbench: Failed: Timeout (>20.0s) from pytest-timeout.: 2/3 points kept in the "
+        "partial artifact *.partial.json (status partial)*",
+        "*sdbench engine unusable: it failed (Failed: Timeout*) after 1 restart(s); not "
+        "restarted again*",
+        "engine: test_faulty.py::test_2_next_test_gets_a_fresh_engine: a fresh engine started "
+        "in * s in place of the one that failed (RuntimeError: injected fault in "
+        "execute_model)",
+    ])
+    partials = _partials(pytester.path / "out")
+    assert len(partials) == 2 and not list((pytester.path / "out").glob("*.invalid.json"))
+    causes = set()
+    for path in partials:
+        report = validate_path(path)
+        assert report.ok, report.errors
+        a = report.artifact
+        assert (a.status, a.coverage.completed, a.coverage.skipped) == ("partial", 2, 1)
+        (skipped,) = a.coverage.skipped_points
+        assert skipped.point_index == 2 and skipped.reason.startswith("not reached: ")
+        causes.add(skipped.reason)
+    assert causes == {"not reached: RuntimeError: injected fault in execute_model",
+                      "not reached: Failed: Timeout (>20.0s) from pytest-timeout."}
+    assert main(["validate", *map(str, partials)]) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_ctrl_c_mid_collection_leaves_a_partial_artifact(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_sdbench.cli", "collect", "--mode", "decode", "--grid",
+         _grid(tmp_path, batches=(1, 2, 4)), "--repeats", "40", "--out", str(out)],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if line.startswith("sdbench [2/3]") or not line:
+                break
+        time.sleep(1.0)   # inside the third point
+        proc.send_signal(signal.SIGINT)
+        rest, stdout = proc.stderr.read(), proc.stdout.read()
+        code = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    err = "".join(lines) + rest
+    assert code == 130, err[-3000:]
+    assert "Traceback" not in err and stdout == ""
+    (partial,) = _partials(out)
+    assert (f"sdbench: KeyboardInterrupt: 2/3 points kept in the partial artifact {partial} "
+            "(status partial)") in err.splitlines()
+    assert err.rstrip().endswith("sdbench: interrupted")
+    report = validate_path(partial)
+    assert report.ok and report.artifact.status == "partial"
+    assert [s.reason for s in report.artifact.coverage.skipped_points] == \
+        ["not reached: KeyboardInterrupt"]
+    assert {o.repeat for o in report.artifact.decode} == set(range(40))
+
+
+FULL_DISK = """
+import errno, sys
+from pytest_sdbench import session
+from pytest_sdbench.cli import main
+
+real = session.write_artifact
+
+
+def write_artifact(artifact, path):
+    if sys.argv[1] == "all" or not str(path).endswith(".partial.json"):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    return real(artifact, path)
+
+
+session.write_artifact = write_artifact
+sys.exit(main(["collect", "--mode", "decode", "--grid", sys.argv[2], "--out", sys.argv[3]]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+@pytest.mark.parametrize("failing", ["final", "all"])
+def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path, failing):
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-c", FULL_DISK, failing,
+                             _grid(tmp_path, batches=(1, 2)), str(out)],
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "decode[0]" in result.stdout and "decode[1]" in result.stdout   # the table
+    if failing == "final":
+        (partial,) = _partials(out)
+        assert (f"the measured points are in {partial} (its last checkpoint)"
+                in result.stderr)
+        report = validate_path(partial)
+        assert report.ok and report.artifact.coverage.completed == 2
+    else:
+        assert not out.exists() or not list(out.iterdir())
+        assert "could not write the checkpoint" in result.stderr
+        assert "the artifact follows on stdout as JSON" in result.stderr
+        data = json.loads(result.stdout[result.stdout.index("\n{") + 1:])
+        from pytest_sdbench.artifact import validate_data
+        assert validate_data(data).ok and data["status"] == "complete"
