@@ -272,10 +272,10 @@ def cmd_compare(args) -> int:
     """The gate (compare.py): exit 1 on a regressed point or an unfair comparison (a
     missing point, a partial side, another mode, a contended side), 2 on unusable input."""
     from .compare import compare, render
-    base, code = _load_valid(args.baseline)
+    base, _ = _load_valid(args.baseline)
     if base is None:
         return EXIT_UNUSABLE
-    cand, code = _load_valid(args.candidate)
+    cand, _code = _load_valid(args.candidate)
     if cand is None:
         return EXIT_UNUSABLE
     result = compare(base, cand, fail_above_pct=args.fail_above,

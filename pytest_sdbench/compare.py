@@ -170,7 +170,9 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
     grid = {**_grid_points(cand), **_grid_points(base)}
     skipped = {"baseline": _skip_reasons(base), "candidate": _skip_reasons(cand)}
     for key in sorted(set(grid) | set(measured_b) | set(measured_c), key=_order):
-        phase, point = grid.get(key) or (measured_b.get(key) or measured_c.get(key))[:2]
+        known = grid.get(key) or measured_b.get(key) or measured_c.get(key)
+        assert known is not None  # the key came from one of the three
+        phase, point = known[:2]
         label = coordinates(phase, point)
         sb, sc = measured_b.get(key, (None, None, []))[2], measured_c.get(key, (None, None, []))[2]
         if not sb or not sc:
@@ -262,7 +264,8 @@ def render(c: Comparison, fmt: str = "text") -> str:
         else:
             widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header) - 1)]
             for row in [header, *cells]:
-                lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + row[-1])
+                padded = (v.ljust(w) for v, w in zip(row, widths, strict=False))
+                lines.append("  ".join(padded) + "  " + row[-1])
         lines.append("")
     lines.append(_rule(c))
     for problem in c.problems:

@@ -44,16 +44,20 @@ class EngineRegistration:
 
     def __init__(self):
         self.path = registry_dir() / f"{os.getpid()}.lock"
-        self._handle: IO[str] | None = open(self.path, "w")  # noqa: SIM115 (held for the engine's lifetime)
+        # Held open (and locked) for the engine's lifetime.
+        self._handle: IO[str] | None = open(self.path, "w")  # noqa: SIM115
         fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.record()
 
     def record(self, dist_file: str | None = None) -> None:
         """What a later process needs to clean up after this one if it dies."""
-        self._handle.seek(0)
-        self._handle.truncate()
-        self._handle.write(json.dumps({"pid": os.getpid(), "dist_file": dist_file}))
-        self._handle.flush()
+        handle = self._handle
+        if handle is None:
+            return   # closed: the engine is gone
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "dist_file": dist_file}))
+        handle.flush()
 
     def close(self) -> None:
         if self._handle is not None:
@@ -176,7 +180,8 @@ class HostMonitor:
     def __init__(self, gpu_indices: tuple[int, ...] = (), own_pids: tuple[int, ...] = ()):
         self.gpu_indices = gpu_indices
         self.own_pids = own_pids  # a tensor-parallel engine's rank processes
-        self._engines, self._gpus = 0, None
+        self._engines = 0
+        self._gpus: int | None = None
 
     def __enter__(self) -> HostMonitor:
         self._t0, self._busy0 = time.monotonic(), _busy_seconds()

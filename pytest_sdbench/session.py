@@ -22,8 +22,8 @@ from .artifact import Artifact, Report, build_artifact, schema, validate_data, w
 from .collector import CollectionResult, Collector
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE
-from .engine.tp import TensorParallelEngine
 from .engine.launch import describe_failure
+from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text
 from .host import HostMonitor
 from .options import spelled
@@ -136,7 +136,7 @@ def check_engine_choices(values: dict, cli: bool) -> None:
     if (model is None) != (draft is None):
         raise InputError(f"{opt('model')} and {opt('draft')} go together: give both a target "
                          f"and an EAGLE3 draft directory (got {model!r} and {draft!r})")
-    if model is not None:
+    if model is not None and draft is not None:
         check_checkpoints(model, draft, opt)
     for name in ("target-revision", "draft-revision"):
         value = values.get(name.replace("-", "_"))
@@ -211,7 +211,7 @@ def check_checkpoints(model: str, draft: str, opt) -> None:
                          f"not one vLLM {_vllm_version()} supports")
     drafts = [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}"
               for a in archs["draft"]]
-    bad = [(a, d) for a, d in zip(archs["draft"], drafts) if d not in supported]
+    bad = [(a, d) for a, d in zip(archs["draft"], drafts, strict=False) if d not in supported]
     if bad:
         raise InputError(f"{opt('draft')}: architecture {bad[0][0]!r} in {draft}/config.json "
                          f"is not an EAGLE3 draft vLLM {_vllm_version()} supports (as EAGLE3 "
@@ -357,9 +357,12 @@ class Checkpoint:
 
     def artifact(self, cause: str) -> Artifact:
         result = self.result
+        if result is None:
+            raise RuntimeError("no point was measured: there is no checkpoint to build")
         accounted = {(s.phase, s.point_index) for s in result.skipped} | \
             {(phase, o.point_index) for phase in PHASES for o in getattr(result, phase)}
-        not_reached = [SkippedPoint(phase, i, f"not reached: {cause}") for phase in PHASES
+        not_reached = [SkippedPoint(phase, i, f"not reached: {cause}")  # type: ignore[arg-type]
+                       for phase in PHASES
                        for i in range(len(getattr(result.grid, phase)))
                        if (phase, i) not in accounted]
         view = dataclasses.replace(result, skipped=[*result.skipped, *not_reached])

@@ -86,7 +86,8 @@ def test_identical_artifacts_pass_and_state_the_noise_rule(capsys):
     out = capsys.readouterr().out
     assert "prefill: 8/8 points compared, median change +0.0%, 0 regressed" in out
     assert "decode: 4/4 points compared, median change +0.0%, 0 regressed" in out
-    assert "noise rule:" in out and "stated floor" in out
+    assert "noise rule:" in out
+    assert "stated floor" in out
     assert out.rstrip().endswith("PASS: no point slower beyond its noise and 0% (12 points)")
 
 
@@ -99,7 +100,8 @@ def test_single_samples_are_judged_against_the_stated_floor(tmp_path, capsys):
     # The same change against a stated floor of 10%: a regression, named.
     assert main(["compare", str(REAL), str(within), "--noise-floor", "10"]) == 1
     out = capsys.readouterr().out
-    assert "B=1 ctx=512 K=3 AL=natural" in out and "regressed" in out
+    assert "B=1 ctx=512 K=3 AL=natural" in out
+    assert "regressed" in out
     assert "FAIL: 1 point(s) regressed" in out
 
 
@@ -138,10 +140,12 @@ def test_with_repeats_the_measured_spread_is_the_noise():
     result = compare(base, steady)
     assert {p.noise_source for p in result.points} == {"repeats"}
     assert all(p.noise_pct == pytest.approx(4.0, abs=0.01) for p in result.points)
-    assert {p.verdict for p in result.points} == {REGRESSED} and result.failed
+    assert {p.verdict for p in result.points} == {REGRESSED}
+    assert result.failed
     noisy = _with_repeats(_data(), (0.9, 1.07, 1.3))     # +7% median, 40% spread
     result = compare(base, noisy)
-    assert {p.verdict for p in result.points} == {OK} and not result.failed
+    assert {p.verdict for p in result.points} == {OK}
+    assert not result.failed
 
 
 def test_a_partial_candidate_fails_and_names_the_missing_point(tmp_path, capsys):
@@ -153,7 +157,8 @@ def test_a_partial_candidate_fails_and_names_the_missing_point(tmp_path, capsys)
             "KeyboardInterrupt)") in out
     result = compare(_artifact(_data()), _artifact(_without_point(_data(), "decode", 2)))
     (missing,) = [p for p in result.points if p.verdict == MISSING_IN_CANDIDATE]
-    assert missing.phase == "decode" and missing.coordinates == "B=4 ctx=128 K=3 AL=natural"
+    assert missing.phase == "decode"
+    assert missing.coordinates == "B=4 ctx=128 K=3 AL=natural"
 
 
 def test_another_mode_device_or_k_is_named():
@@ -173,7 +178,8 @@ def test_a_contended_or_unknown_environment_fails_the_gate():
         cpu_count=2, other_cpu_cores=1.0, other_sdbench_engines=1, other_gpu_processes=None,
         contended=True, reason="1 other sdbench engine(s) alive on this host"))
     result = compare(base, contended)
-    assert result.failed and result.problems == [
+    assert result.failed
+    assert result.problems == [
         "candidate: ran contended (1 other sdbench engine(s) alive on this host)"]
     legacy = dataclasses.replace(base, environment=None)
     assert compare(legacy, base).problems == [
@@ -187,7 +193,8 @@ def test_output_formats(tmp_path, capsys):
     assert report["verdict"] == "fail"
     assert report["phases"]["decode"] == {"points": 4, "compared": 3, "median_change_pct": 0.0,
                                           "regressed": 0, "improved": 0, "missing": 1}
-    assert len(report["points"]) == 12 and "noise rule" in report["noise_rule"]
+    assert len(report["points"]) == 12
+    assert "noise rule" in report["noise_rule"]
     assert main(["compare", str(REAL), str(partial), "--format", "csv"]) == 1
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [r["verdict"] for r in rows].count(MISSING_IN_CANDIDATE) == 1
@@ -195,7 +202,8 @@ def test_output_formats(tmp_path, capsys):
     assert "candidate: status partial (11/12 points measured)" in gate
     assert main(["compare", str(REAL), str(REAL), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    assert "| coordinates | base ms | cand ms |" in out and "### decode:" in out
+    assert "| coordinates | base ms | cand ms |" in out
+    assert "### decode:" in out
     assert out.rstrip().endswith("**")
 
 

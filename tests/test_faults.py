@@ -81,7 +81,8 @@ def test_pytest_refuses_bad_input_with_one_usage_error(pytester, tmp_path):
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, case
         lines = [line for line in result.errlines if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith(f"ERROR: {message}"), (case, lines)
+        assert len(lines) == 1, (case, lines)
+        assert lines[0].startswith(f"ERROR: {message}"), (case, lines)
         assert not (pytester.path / "sdbench-artifacts").exists(), case
 
 
@@ -115,7 +116,8 @@ def test_cli_refuses_bad_input_with_one_line_and_exit_2(tmp_path, capsys):
         assert main(["collect", *args]) == 2, case
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith(message), (case, lines)
+        assert len(lines) == 1, (case, lines)
+        assert lines[0].startswith(message), (case, lines)
         assert not (tmp_path / "out").exists(), case
 
 
@@ -125,7 +127,8 @@ def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, ca
     err = capsys.readouterr().err.splitlines()
     assert err[0] == ("sdbench collect: note: --k [99] lies outside the import window K=1-5; "
                       "collected and kept, and flagged by `sdbench validate`")
-    assert err[1].startswith("sdbench collect: --grid: ") and len(err) == 2
+    assert err[1].startswith("sdbench collect: --grid: ")
+    assert len(err) == 2
 
 
 def test_cli_without_vllm_says_so_in_one_line(tmp_path, monkeypatch, capsys):
@@ -216,7 +219,8 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
         "execute_model)",
     ])
     partials = _partials(pytester.path / "out")
-    assert len(partials) == 2 and not list((pytester.path / "out").glob("*.invalid.json"))
+    assert len(partials) == 2
+    assert not list((pytester.path / "out").glob("*.invalid.json"))
     causes = set()
     for path in partials:
         report = validate_path(path)
@@ -224,7 +228,8 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
         a = report.artifact
         assert (a.status, a.coverage.completed, a.coverage.skipped) == ("partial", 2, 1)
         (skipped,) = a.coverage.skipped_points
-        assert skipped.point_index == 2 and skipped.reason.startswith("not reached: ")
+        assert skipped.point_index == 2
+        assert skipped.reason.startswith("not reached: ")
         causes.add(skipped.reason)
     assert causes == {"not reached: RuntimeError: injected fault in execute_model",
                       "not reached: Failed: Timeout (>20.0s) from pytest-timeout."}
@@ -255,13 +260,15 @@ def test_ctrl_c_mid_collection_leaves_a_partial_artifact(tmp_path):
         proc.kill()
     err = "".join(lines) + rest
     assert code == 130, err[-3000:]
-    assert "Traceback" not in err and stdout == ""
+    assert "Traceback" not in err
+    assert stdout == ""
     (partial,) = _partials(out)
     assert (f"sdbench: KeyboardInterrupt: 2/3 points kept in the partial artifact {partial} "
             "(status partial)") in err.splitlines()
     assert err.rstrip().endswith("sdbench: interrupted")
     report = validate_path(partial)
-    assert report.ok and report.artifact.status == "partial"
+    assert report.ok
+    assert report.artifact.status == "partial"
     assert [s.reason for s in report.artifact.coverage.skipped_points] == \
         ["not reached: KeyboardInterrupt"]
     assert {o.repeat for o in report.artifact.decode} == set(range(40))
@@ -296,17 +303,20 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
                             capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    assert "decode[0]" in result.stdout and "decode[1]" in result.stdout   # the table
+    assert "decode[0]" in result.stdout
+    assert "decode[1]" in result.stdout
     if failing == "final":
         (partial,) = _partials(out)
         assert (f"the measured points are in {partial} (its last checkpoint)"
                 in result.stderr)
         report = validate_path(partial)
-        assert report.ok and report.artifact.coverage.completed == 2
+        assert report.ok
+        assert report.artifact.coverage.completed == 2
     else:
         assert not out.exists() or not list(out.iterdir())
         assert "could not write the checkpoint" in result.stderr
         assert "the artifact follows on stdout as JSON" in result.stderr
         data = json.loads(result.stdout[result.stdout.index("\n{") + 1:])
         from pytest_sdbench.artifact import validate_data
-        assert validate_data(data).ok and data["status"] == "complete"
+        assert validate_data(data).ok
+        assert data["status"] == "complete"
