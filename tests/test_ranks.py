@@ -1,6 +1,8 @@
 """Rank agreement and the step-time rule of a tensor-parallel engine, on constructed data:
 the windows of two ranks joined by native iteration ID."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from pytest_sdbench.collector.collect import Collector, PointFailed
@@ -24,9 +26,19 @@ PROMPTS = [[5, 6, 7], [8, 9]]
 def record(iid: int, seconds: float | None, suffix: str = "0a1b2c3d", tokens: int = 64,
            accepted: int = 2) -> IterationRecord:
     rid = f"{iid}-{suffix}"
-    row = compat.ScheduledRow(rid, 64, 0, tokens, 0, 0)
-    rec = IterationRecord(iid, "measured", (row,), (0, 1), tokens,
-                          accepted={rid: accepted})
+    # the plain tuples the observer freezes on its hot path: one new request of a 64-token
+    # prompt, nothing cached, no drafts, queue (0 waiting, 1 running); its output gained
+    # `accepted` tokens
+    request = SimpleNamespace(num_prompt_tokens=64, num_preemptions=0)
+    rec = IterationRecord(iid, "measured", tuple(compat.FrozenSchedule(
+        request_ids=(rid,), scheduled_tokens=(tokens,), draft_ids=(), draft_tokens=(),
+        new_computed=((rid, 0),), cached_ids=(), cached_computed=(), requests=(request,),
+        preemptions=(0,), waiting=0, running=1, total_scheduled_tokens=tokens)))
+    rec.raw_output = tuple(compat.FrozenOutput(request_ids=(rid,), gained=(accepted,),
+                                               graph_stats=None))
+    assert rec.rows == (compat.ScheduledRow(rid, 64, 0, tokens, 0, 0),)
+    assert rec.queue == (0, 1)
+    assert rec.accepted == {rid: accepted}
     if seconds is not None:
         rec.timing = TimingSample(iid, seconds, "worker_model_step", "host_perf_counter")
     return rec
