@@ -404,7 +404,8 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     as InvalidArtifact.
 
     Anything raised out of the collection (an engine error, KeyboardInterrupt, a
-    pytest-timeout) marks the engine unusable and shuts it down (engine.fail); the
+    pytest-timeout) marks the engine unusable and shuts it down (engine.fail); an engine
+    found not restored afterwards (EngineNotRestored) is not failed. Either way the
     checkpoint is rewritten with that cause, `notify` is told where it is in one line, and
     the exception goes on. A final write that fails raises ArtifactNotWritten.
 
@@ -437,6 +438,13 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
                 raise EngineNotRestored("after the collection: " + "; ".join(problems))
         except GridError:
             raise   # refused before anything ran: the engine is untouched
+        except EngineNotRestored as exc:
+            # Every step ran to its end and the engine served the probe: what is left
+            # installed is the collector's own fault, named here. The collection fails
+            # (no artifact, the checkpoint kept with the cause); the engine is not failed.
+            if lead:
+                _leave_partial(checkpoint, exc, notify)
+            raise
         except BaseException as exc:
             engine.fail(exc)
             if lead:
