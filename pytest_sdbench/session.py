@@ -410,11 +410,12 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     the exception goes on. A final write that fails raises ArtifactNotWritten.
 
     A tensor-parallel engine's proxy runs this on every rank (the same collection, SPMD);
-    rank 0 checkpoints, builds, checks and writes the artifact, the other ranks return
-    None."""
+    rank 0 checkpoints, builds, checks and writes the artifact and tells `notify`, the
+    other ranks return None; the proxy fails when a rank's engine does."""
     if isinstance(engine, TensorParallelEngine):
         return engine.collect_to_artifact(mode, grid, out_dir, worker=worker, progress=progress,
-                                          decode_tokens=decode_tokens, repeats=repeats)
+                                          decode_tokens=decode_tokens, repeats=repeats,
+                                          notify=notify)
     notify = notify or _say
     check_grid_for_mode(grid, mode)
     run_id = uuid.uuid4().hex

@@ -50,7 +50,17 @@ def _collect(engine, conn, rank, **kwargs):
 
     def report(done, total, label):
         conn.send(("progress", (done, total, label)))
-    return collect_to_artifact(engine, progress=report if rank == 0 else None, **kwargs)
+
+    def notify(text):
+        conn.send(("notify", text))
+    return collect_to_artifact(engine, progress=report if rank == 0 else None,
+                               notify=notify if rank == 0 else None, **kwargs)
+
+
+def _engine_failed(engine) -> bool:
+    """The command failed this rank's engine (launch.SdbenchEngine's rule): the proxy then
+    fails too."""
+    return engine is not None and engine.failure is not None
 
 
 def serve(conn, rank: int) -> int:
@@ -82,13 +92,14 @@ def serve(conn, rank: int) -> int:
                 raise ValueError(f"rank {rank}: unknown command {command!r}")
             reply = ("ok", value)
         except BaseException as exc:  # noqa: BLE001 (reported to the proxy, which raises it)
-            reply = ("error", (exc, traceback.format_exc()))
+            reply = ("error", (exc, traceback.format_exc(), _engine_failed(engine)))
         try:
             conn.send(reply)
         except (EOFError, OSError):
             pass
         except Exception as exc:  # noqa: BLE001 (an unpicklable value or exception)
-            conn.send(("error", (f"{type(exc).__name__}: {exc}", repr(reply)[:2000])))
+            conn.send(("error", (f"{type(exc).__name__}: {exc}", repr(reply)[:2000],
+                                 _engine_failed(engine))))
         if command == "shutdown":
             return 0
 

@@ -8,8 +8,11 @@ OMP_NUM_THREADS=1): vLLM's external_launcher reads only these. The proxy sends e
 command to every rank and waits for all of them: vLLM's engine is SPMD, so every
 generate, probe and collection must run identically on all ranks (a command on one rank
 only would wait forever in the first collective). Rank 0 reports progress and writes the
-artifact. A rank that dies ends the others; shutdown() ends every rank process and what
-it started, and removes the CPU shared-memory segments they leave behind.
+artifact. A command that fails a rank's engine (launch.py's rule, applied on each rank), a
+rank that dies, or a wait interrupted here fails the proxy: it is shut down at once and not
+reused (restart() starts fresh ranks in its place). A rank that dies ends the others;
+shutdown() ends every rank process and what it started, and removes the CPU shared-memory
+segments they leave behind.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire.identity import ExecutionIdentity, KVCapacity
-from .launch import ServingProbe
+from .launch import EngineUnusable, ServingProbe, describe_failure
 from .spec import EngineSpec
 
 # Set in a rank process: where the proxy listens (host:port); its key in AUTHKEY_ENV.
@@ -111,6 +114,8 @@ class TensorParallelEngine:
         self.baseline = first.baseline
         self.vocab_size = first.vocab_size
         self.closed = False
+        self.failure: str | None = None   # why the engine is unusable (it is then shut down)
+        self.restarts = 0                 # fresh engines started in place of failed ones
         # Ends the ranks if this process exits without shutdown() (atexit runs it).
         self._finalizer = weakref.finalize(self, _end, procs, logs, conns)
 
@@ -221,11 +226,46 @@ class TensorParallelEngine:
     def pids(self) -> tuple[int, ...]:
         return tuple(p.pid for p in self._procs)
 
-    def _call(self, command: str, progress=None, **kwargs):
+    # ---- failure, as launch.SdbenchEngine ------------------------------------------------
+    @property
+    def usable(self) -> bool:
+        return self.failure is None and not self.closed
+
+    def check_usable(self) -> None:
+        if self.failure is not None:
+            raise EngineUnusable(f"the engine failed earlier ({self.failure}) and was shut "
+                                 "down; it is not reused")
         if self.closed:
-            raise RuntimeError("engine is shut down")
-        return _Pending(self._procs, self._conns, self._logs).call(
-            command, progress=progress, **kwargs)
+            raise EngineUnusable("the engine is shut down")
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the engine unusable with its first cause, and shut every rank down now."""
+        if self.failure is None:
+            self.failure = describe_failure(exc)
+        self.shutdown()
+
+    def restart(self) -> None:
+        """Start fresh ranks of the same spec in this proxy's place (the fixtures that hold
+        it see the new one); counts the restart."""
+        self.shutdown()
+        self.restarts += 1     # counted before the start: a start that fails counts too
+        fresh = TensorParallelEngine.start(self.spec)
+        fresh._finalizer.detach()   # the ranks are this object's now
+        restarts = self.restarts
+        vars(self).update(vars(fresh))
+        self._finalizer = weakref.finalize(self, _end, self._procs, self._logs, self._conns)
+        self.restarts = restarts
+
+    def _call(self, command: str, progress=None, notify=None, **kwargs):
+        self.check_usable()
+        pending = _Pending(self._procs, self._conns, self._logs)
+        try:
+            return pending.call(command, progress=progress, notify=notify, **kwargs)
+        except BaseException as exc:
+            # every rank answered and every rank's engine is usable: a refusal, not a failure
+            if not pending.answered or pending.engine_failed:
+                self.fail(exc)
+            raise
 
     def probe(self) -> ServingProbe:
         """Every rank serves the probe request; rank 0's probe, once all served the same."""
@@ -243,10 +283,10 @@ class TensorParallelEngine:
         return self._call("restoration")[0]
 
     def collect_to_artifact(self, mode, grid, out_dir, worker=None, progress=None,
-                            decode_tokens=None, repeats=1):
+                            decode_tokens=None, repeats=1, notify=None):
         """session.collect_to_artifact on every rank; rank 0 writes the artifact and returns
-        the CollectionRun."""
-        return self._call("collect", progress=progress, mode=mode, grid=grid,
+        the CollectionRun, and its notify lines (where a partial artifact is) come here."""
+        return self._call("collect", progress=progress, notify=notify, mode=mode, grid=grid,
                           out_dir=str(out_dir), worker=worker, decode_tokens=decode_tokens,
                           repeats=repeats)[0]
 
@@ -277,7 +317,11 @@ class _Pending:
     def __init__(self, procs, conns, logs):
         self.procs, self.conns, self.logs = procs, conns, logs
 
-    def call(self, command: str, progress=None, timeout: float | None = None, **kwargs):
+    answered = False        # every rank answered the command
+    engine_failed = False   # a rank answered that the command failed its engine
+
+    def call(self, command: str, progress=None, timeout: float | None = None, notify=None,
+             **kwargs):
         for conn in self.conns:
             conn.send((command, kwargs))
         results: dict[int, Any] = {}
@@ -296,6 +340,10 @@ class _Pending:
                     if progress is not None:
                         progress(*value)
                     continue
+                if kind == "notify":
+                    if notify is not None:
+                        notify(value)
+                    continue
                 del waiting[conn]
                 (results if kind == "ok" else errors)[rank] = value
             dead = [r for r in waiting.values() if self.procs[r].poll() is not None]
@@ -307,9 +355,11 @@ class _Pending:
                 _end(self.procs, self.logs, self.conns)
                 raise RankFailed(f"{command}: {what}: " + _tails(self.logs, dead or
                                                                 waiting.values()))
+        self.answered = True
         if errors:
+            self.engine_failed = any(failed for _, _, failed in errors.values())
             rank = min(errors)
-            exc, trace = errors[rank]
+            exc, trace, _ = errors[rank]
             if isinstance(exc, BaseException):
                 if hasattr(exc, "add_note"):  # Python 3.11+
                     exc.add_note(f"raised on rank(s) {sorted(errors)}; rank {rank}:\n{trace}")
