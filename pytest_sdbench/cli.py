@@ -4,6 +4,7 @@
     sdbench validate PATH [PATH ...] [--k-window 1-5]   exit 0 valid, 1 invalid, 2 unusable
     sdbench show     PATH
     sdbench compare  BASELINE CANDIDATE [--fail-above PCT]
+    sdbench export   ARTIFACT... --to aisimulate --out DIR   exit 0 written, 1 refused, 2 unusable
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("candidate", metavar="CANDIDATE")
     m.add_argument("--fail-above", type=float, default=None, metavar="PCT",
                    help="exit 1 when the median slowdown exceeds PCT percent")
+    from .export.command import add_arguments
+    add_arguments(sub.add_parser("export", help="write what a consumer (AISimulate) reads: "
+                                 "native envelopes, profile and speculative FPM table"))
     return parser
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
-            "compare": cmd_compare}[args.command](args)
+            "compare": cmd_compare, "export": cmd_export}[args.command](args)
 
 
 def _err(text: str) -> None:
@@ -233,6 +237,14 @@ def cmd_compare(args) -> int:
         print(f"FAIL: median slowdown {median:+.1f}% exceeds {args.fail_above}%")
         return EXIT_INVALID
     return EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from .engine.presets import config_texts
+    from .export import KnownConfig
+    from .export.command import run
+    return run(args, {digest: KnownConfig(text, source)
+                      for digest, (text, source) in config_texts().items()})
 
 
 if __name__ == "__main__":
