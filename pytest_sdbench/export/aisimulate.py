@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..artifact import UnusableArtifact, validate_path
+from ..wire import typed
 from ..wire.contract import (
     ACCEPTANCE_SYNTHETIC,
     DEVICE_CUDA,
@@ -754,7 +755,10 @@ def table_rows(a: Artifact, selected: Mapping[str, list[Selected]], *, identity:
                 "total_kv_read_tokens": kv, "partition_policy": PARTITION_POLICY,
                 "kv_seed_regime": TABLE_SEED_REGIME[phase == PHASE_DECODE or kv > 0],
                 "latency_ms": obs.timing.seconds * 1000.0,
-                "warmup_repeats": 1, "measurement_repeats": 1,
+                # the unbooked passes before this step; the times the point was measured,
+                # of which this row is one sample
+                "warmup_repeats": obs.warmup_passes,
+                "measurement_repeats": len(item.repeats_seconds),
                 "measurement_policy": TABLE_POLICY, "timing_scope": TIMING_SCOPE,
                 "measurement_reduction": REDUCTION, "source_sample_count": 1,
                 **run, **_labels(phase, item, k),
@@ -881,7 +885,10 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
         write_table(rows, staging / dest, {
             "schema_name": TABLE_SCHEMA[0], "schema_version": TABLE_SCHEMA[1],
             "coordinate_system": TABLE_COORDINATES, "measurement_policy": TABLE_POLICY,
-            "timing_scope": TIMING_SCOPE, "warmup_repeats": 1, "measurement_repeats": 1,
+            "timing_scope": TIMING_SCOPE,
+            "warmup_repeats": a.measurement_policy.warmup.min_passes,
+            "measurement_repeats": a.measurement_policy.repeats,
+            "sdbench_measurement_policy": typed.encode(a.measurement_policy),
             "source_plan_sha256": [plan_sha], "collector_attempt_ids": [attempt],
             "runtime_run_ids": [a.run_id], "runtime_grid_digests": [a.integrity.grid_digest],
             "aic_revision": f"{PACKAGE_NAME} {__version__} export",
