@@ -19,8 +19,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   started=$(date +%s)
   rm -rf "$venv"
   python3.11 -m venv "$venv"
-  "$venv/bin/python" "${pip[@]}" --no-deps "aisimulate==$pin"
   "$venv/bin/python" "${pip[@]}" -r "$root/requirements/consumer.txt"
+  "$venv/bin/python" "${pip[@]}" --no-deps "aisimulate==$pin"
   "$venv/bin/python" "${pip[@]}" --no-deps --no-build-isolation -e "$root"
   echo "$want" > "$stamp"
   echo "consumer-test: environment ready in $(( $(date +%s) - started )) s ($(du -sm "$venv" | cut -f1) MB)" >&2

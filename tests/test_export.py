@@ -336,6 +336,29 @@ def test_table_export_maps_the_profile_and_rows(capsys, tmp_path, json_table):
     aisimulate.assert_speculative(execution, 3)
 
 
+def test_config_must_be_the_checkpoint_the_engine_ran(capsys, tmp_path, json_table):
+    from pytest_sdbench.engine.presets import materialize
+    tiny_target, _ = materialize("tiny", tmp_path / "models")
+    code, out = export(capsys, [H200_EAGER], tmp_path / "out", "--system", "h200_sxm",
+                       *REVISIONS, *V3_FACTS, "--target-config", str(tiny_target))
+    assert code == 1
+    assert ("identity.target.config_digest: sha256:7d32c73ed61579a4eb5592ae1cde9d1a0f4e4d46506"
+            "abb2fc23b1424b7ee3dcb, but --target-config") in out
+
+
+
+def test_config_not_at_hand_is_refused(tmp_path, cpu_artifact_data):
+    data = cpu_artifact_data
+    data["identity"]["draft"]["model"]["value"] = str(tmp_path / "absent" / "draft")
+    options = aisimulate.ExportOptions(system="h200_sxm", known_configs={},
+                                       user_facts={"target_revision": REV_T,
+                                                   "draft_revision": REV_D})
+    with pytest.raises(aisimulate.Refused) as refused:
+        aisimulate.export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
+    assert any(r.startswith("identity.draft.config_digest: sha256:") and
+               "no config.json with that digest is at hand" in r for r in refused.value.reasons)
+
+
 def _repeated(data: dict, factors: tuple[float, ...]) -> dict:
     """The artifact measured len(factors)+1 times a point: repeat r's time is the original
     time scaled by factors[r-1] (repeat 0 keeps it)."""
@@ -382,6 +405,15 @@ def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data
             if n % 2:
                 assert result["fpms"][0]["wall_time"] == statistics.median(times)
             assert point["sdbench_selection"] == ("median" if n % 2 else "median_low")
+
+
+def test_preset_configs_are_the_files_a_preset_writes(tmp_path):
+    from pytest_sdbench.engine.presets import PRESETS, config_texts, materialize
+    texts = config_texts()
+    for name in PRESETS:
+        for folder in materialize(name, tmp_path):
+            data = (folder / "config.json").read_bytes()
+            assert texts[hashlib.sha256(data).hexdigest()][0].encode() == data
 
 
 def test_never_an_autoregressive_identity():

@@ -260,11 +260,6 @@ class Selected:
     observation: Observation
     repeats_seconds: tuple[float, ...]   # every repeat's time, by repeat index
 
-    @property
-    def where(self) -> str:
-        o = self.observation
-        return f"{self.phase}[point {o.point_index}, repeat {o.repeat}]"
-
 
 def select(artifact: Artifact, phase: str) -> list[Selected]:
     """Per point (grid order) the observation at the lower median of its repeats' times: for
@@ -287,7 +282,7 @@ def _select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: flo
     """With an acceptance length chosen, only the decode points requested at it: the consumer
     has no acceptance-length axis, so an AL sweep exports one AL at a time. The points left
     out are listed in the manifest."""
-    if al is None or PHASE_DECODE not in selected:
+    if al is None:
         return []
     requested = sorted({o.point.acceptance_length for o in a.decode}, key=str)
     if a.speculative.acceptance_control != ACCEPTANCE_SYNTHETIC or al not in requested:
@@ -447,8 +442,7 @@ class Deployment:
     """Everything the profile and the table need, each with its source."""
     facts: dict[str, Fact]
     precision: dict[str, str]
-    configs: dict[str, tuple[str, str]]          # role -> (config.json text, source)
-    num_experts: int
+    configs: dict[str, tuple[bytes, str]]        # role -> (config.json bytes, source)
 
 
 def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) -> Deployment:
@@ -470,8 +464,8 @@ def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) 
             facts[name] = Fact(value, f"artifact {path} ({_field(a, path).source})")
     precision = _precision(a, facts, reasons)
     configs = {role: _config(a, role, options, reasons) for role in ("target", "draft")}
-    experts = _num_experts(configs.get("target"), reasons)
-    return Deployment(facts, precision, {r: c for r, c in configs.items() if c}, experts)
+    _check_dense(configs.get("target"), reasons)
+    return Deployment(facts, precision, {r: c for r, c in configs.items() if c})
 
 
 def _system_fact(a: Artifact, options: ExportOptions, facts: dict[str, Fact],
@@ -507,8 +501,8 @@ def _precision(a: Artifact, facts: Mapping[str, Fact], reasons: list[str]) -> di
 
 
 def _config(a: Artifact, role: str, options: ExportOptions,
-            reasons: list[str]) -> tuple[str, str] | None:
-    """config.json text whose sha256 is the artifact's config digest: the user's file, else
+            reasons: list[str]) -> tuple[bytes, str] | None:
+    """config.json bytes whose sha256 is the artifact's config digest: the user's file, else
     the checkpoint at the artifact's model path, else a known config (a preset) by digest."""
     path = f"identity.{role}.config_digest"
     digest = _resolved(a, path, reasons)
@@ -527,30 +521,30 @@ def _config(a: Artifact, role: str, options: ExportOptions,
             reasons.append(f"{path}: {digest}, but --{role}-config {file} has sha256:{got}; "
                            "that is not the checkpoint the engine ran")
             return None
-        return data.decode(), f"{SOURCE_USER} (--{role}-config {file})"
+        return data, f"{SOURCE_USER} (--{role}-config {file})"
     model = getattr(a.identity, role).model
     if model.resolved:
         file = Path(str(model.value)) / "config.json"
-        if file.is_file() and hashlib.sha256(file.read_bytes()).hexdigest() == want:
-            return file.read_text(), f"the artifact's identity.{role}.model ({file})"
+        data = file.read_bytes() if file.is_file() else b""
+        if hashlib.sha256(data).hexdigest() == want:
+            return data, f"the artifact's identity.{role}.model ({file})"
     known = options.known_configs.get(want)
-    if known is not None:
-        return known.text, known.source
+    if known is not None and hashlib.sha256(known.text.encode()).hexdigest() == want:
+        return known.text.encode(), known.source
     reasons.append(f"{path}: {digest}; no config.json with that digest is at hand (not at the "
                    f"artifact's identity.{role}.model, no preset matches); the consumer reads "
                    f"the checkpoint's config.json: pass --{role}-config PATH")
     return None
 
 
-def _num_experts(config: tuple[str, str] | None, reasons: list[str]) -> int:
+def _check_dense(config: tuple[bytes, str] | None, reasons: list[str]) -> None:
     if config is None:
-        return 0
+        return
     data = json.loads(config[0])
-    experts = [data.get(key) for key in MOE_CONFIG_KEYS if data.get(key)]
+    experts = [data[key] for key in MOE_CONFIG_KEYS if isinstance(data, dict) and data.get(key)]
     if experts:
         reasons.append(f"target config.json: a mixture-of-experts model ({experts[0]} experts); "
                        "this exporter maps dense models only")
-    return 0
 
 
 # --- The consumer's identity ----------------------------------------------------------------
@@ -617,7 +611,7 @@ def _point(phase: str, item: Selected, benchmark_id: int, k: int) -> dict:
         rows = [[r.new_tokens, r.kv_tokens] for r in obs.snapshot.requests]
     else:
         reasons, rows = ["explicit", SEED_STAMP[PHASE_DECODE]], None
-    point = {
+    return {
         "point_type": phase, "benchmark_id": benchmark_id, "batch_size": batch,
         "total_prefill_tokens": new, "total_kv_read_tokens": kv, "rows": rows,
         "sample_reasons": reasons,
@@ -627,7 +621,6 @@ def _point(phase: str, item: Selected, benchmark_id: int, k: int) -> dict:
         "expected_capture_size": None, "padding_tokens": None,
         **_labels(phase, item, k),
     }
-    return point
 
 
 def _labels(phase: str, item: Selected, k: int) -> dict:
@@ -858,9 +851,9 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
         cells = {phase: cell_id(model_path=identity["model_path"], system=identity["system"],
                                 phase=phase, precision=identity["precision"],
                                 execution=identity["execution"]) for phase in selected}
-        for role, (text, _source) in deployment.configs.items():
+        for role, (data, _source) in deployment.configs.items():
             (staging / "model" / role).mkdir(parents=True, exist_ok=True)
-            (staging / "model" / role / "config.json").write_text(text)
+            (staging / "model" / role / "config.json").write_bytes(data)
     artifact_sha = hashlib.sha256(raw).hexdigest()
     core = {"artifact_sha256": artifact_sha, "cells": cells, "fpm_profile": profile}
     plan_sha = canonical_hash(core)
@@ -919,7 +912,7 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, dict]:
     profile = {
         "schema_version": 1, "model": model_path, "model_revision": f["target_revision"],
         "architecture": f["architecture"], "context_length": f["max_model_len"],
-        "num_experts": d.num_experts,
+        "num_experts": 0,   # dense: a mixture-of-experts config is refused
         "provenance": (f"{PACKAGE_NAME} {__version__} export of run {a.run_id} "
                        f"(K={k}, acceptance {a.speculative.acceptance_control}"
                        f"{'' if al is None else f' AL={al:g}'}); {sources}"),

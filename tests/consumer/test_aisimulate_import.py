@@ -461,7 +461,10 @@ def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, tmp_
     print(text)
     if acceptance_length is not None:
         assert manifest["selection"]["acceptance_length"] == acceptance_length
-        assert all(r["phase"] == "prefill" or r["seconds"] for r in manifest["rows"])
+        assert manifest["selection"]["left_out"], "a sweep leaves the other ALs out"
+        rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
+        assert {r["sdbench_requested_acceptance_length"] for r in rows
+                if r["workload_kind"] == "decode"} == {acceptance_length}
     # v4 records the engine's settings and KV bytes per token itself.
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
                  "gpu_memory_utilization", "kv_cache_dtype", "kv_bytes_per_token"):
