@@ -359,6 +359,33 @@ def test_config_not_at_hand_is_refused(tmp_path, cpu_artifact_data):
                "no config.json with that digest is at hand" in r for r in refused.value.reasons)
 
 
+def _with_revisions(tmp_path, target: str, source: str) -> Path:
+    data = json.loads(H200_EAGER.read_text())
+    for role, value in (("target", target), ("draft", REV_D)):
+        data["identity"][role]["revision"] = {"status": "resolved", "value": value,
+                                              "source": source, "reason": None}
+    return reseal(data, tmp_path, "revised.json")
+
+
+def test_resolved_revisions_are_the_artifacts_and_must_be_pinned(capsys, tmp_path, json_table):
+    path = _with_revisions(tmp_path, REV_T, "user")   # given at collection time
+    code, out = export(capsys, [path], tmp_path / "out", "--system", "h200_sxm", *V3_FACTS)
+    assert code == 0, out
+    run_id = json.loads(path.read_text())["run_id"]
+    manifest = json.loads((tmp_path / "out" / run_id / "import-manifest.json").read_text())
+    assert manifest["facts"]["target_revision"] == {
+        "value": REV_T, "source": "artifact identity.target.revision (user)"}
+    assert "target_revision" not in manifest["user_facts"]
+    code, out = export(capsys, [path], tmp_path / "out", "--system", "h200_sxm", *V3_FACTS,
+                       "--target-revision", "3" * 40)
+    assert code == 1 and "the user's target_revision='3333" in out
+    path = _with_revisions(tmp_path, "main", "vllm_config.model_config.revision")
+    code, out = export(capsys, [path], tmp_path / "out2", "--system", "h200_sxm", *V3_FACTS)
+    assert code == 1
+    assert ("identity.target.revision: 'main' (artifact identity.target.revision "
+            "(vllm_config.model_config.revision)) is not a pinned 40-hex commit") in out
+
+
 def _repeated(data: dict, factors: tuple[float, ...]) -> dict:
     """The artifact measured len(factors)+1 times a point: repeat r's time is the original
     time scaled by factors[r-1] (repeat 0 keeps it)."""

@@ -105,7 +105,11 @@ def export_h200(path: Path, out: Path, acceptance_length: float | None = None
     """Export as a user would: revisions (and, for v3, the engine facts) given. Refused first
     where a phase mixes graph modes or an AL sweep collides (only for those reasons), then
     exported labelled, one acceptance length at a time."""
-    extra = ["--system", SYSTEM, *REVISIONS]
+    identity = json.loads(path.read_text())["identity"]
+    extra = ["--system", SYSTEM]
+    for role, (option, revision) in {"target": REVISIONS[:2], "draft": REVISIONS[2:]}.items():
+        if identity[role]["revision"]["status"] != "resolved":   # a preset's dummy weights
+            extra += [option, revision]
     if _header(path)["schema_version"] == 3:
         extra += [arg for fact in V3_QWEN3_FACTS for arg in ("--fact", fact)]
     code, text = sdbench_export([path], out, *extra)
