@@ -73,7 +73,8 @@ def test_cpu_artifact_is_refused_naming_its_timing(capsys, tmp_path):
     code, out = export(capsys, [CPU], tmp_path / "out", "--system", "h200_sxm", *REVISIONS)
     assert code == 1
     assert "device: 'cpu' (timing source host_perf_counter, scope worker_model_step)" in out
-    assert "'model_step_cuda'" in out and "--envelope-only" in out
+    assert "'model_step_cuda'" in out
+    assert "--envelope-only" in out
     assert written(tmp_path / "out") == []
 
 
@@ -88,7 +89,8 @@ def test_refusals_name_every_unresolved_fact(capsys, tmp_path):
                   "kv_capacity.bytes_per_token: unresolved",
                   "system: the artifact's device 'NVIDIA H200' names no consumer system"):
         assert field in out, field
-    assert "9 reason(s)" in out and written(tmp_path) == []
+    assert "9 reason(s)" in out
+    assert written(tmp_path) == []
 
 
 def test_user_fact_never_overrides_a_resolved_one(capsys, tmp_path):
@@ -133,7 +135,8 @@ def test_autoregressive_artifact_is_refused(capsys, tmp_path):
     code, out = export(capsys, [FIXTURES / "legacy-v1-autoregressive.json"], tmp_path,
                        "--envelope-only")
     assert code == 1
-    assert "speculative.method: 'none'" in out and "never writes an autoregressive" in out
+    assert "speculative.method: 'none'" in out
+    assert "never writes an autoregressive" in out
 
 
 def _al_sweep(tmp_path) -> Path:
@@ -170,7 +173,8 @@ def test_colliding_points_are_refused_naming_both(capsys, tmp_path):
     assert [r["point_index"] for r in manifest["rows"] if r["phase"] == "decode"] == [0, 1, 2, 3]
     code, out = export(capsys, [sweep], tmp_path / "out", "--envelope-only",
                        "--acceptance-length", "3")
-    assert code == 1 and "--acceptance-length 3: no decode point was requested at it" in out
+    assert code == 1
+    assert "--acceptance-length 3: no decode point was requested at it" in out
 
 
 def test_mixed_graph_modes_are_refused_unless_labelled(capsys, tmp_path):
@@ -205,7 +209,8 @@ def test_synthetic_prefix_is_refused(capsys, tmp_path, cpu_artifact_data):
 def test_one_phase_artifact_is_refused_as_a_table(capsys, tmp_path):
     code, out = export(capsys, [H200_DECODE], tmp_path, "--system", "h200_sxm", *REVISIONS,
                        *V3_FACTS)
-    assert code == 1 and "mode: 'decode'; the consumer's loader needs prefill and decode" in out
+    assert code == 1
+    assert "mode: 'decode'; the consumer's loader needs prefill and decode" in out
     code, out = export(capsys, [H200_DECODE], tmp_path, "--envelope-only")
     assert code == 0, out
 
@@ -215,13 +220,17 @@ def test_unusable_inputs_exit_2(capsys, tmp_path):
     assert export(capsys, [tmp_path / "text.json"], tmp_path / "out")[0] == 2
     assert export(capsys, [tmp_path / "absent.json"], tmp_path / "out")[0] == 2
     code, out = export(capsys, [CPU], tmp_path / "out", "--fact", "max_num_seqs")
-    assert code == 2 and "--fact: expected NAME=VALUE" in out
+    assert code == 2
+    assert "--fact: expected NAME=VALUE" in out
     code, out = export(capsys, [CPU], tmp_path / "out", "--fact", "gpu_memory_utilization=2")
-    assert code == 2 and "out of range" in out
+    assert code == 2
+    assert "out of range" in out
     code, out = export(capsys, [CPU], tmp_path / "out", "--target-revision", "main")
-    assert code == 2 and "a revision is a full 40-hex git commit, got 'main'" in out
+    assert code == 2
+    assert "a revision is a full 40-hex git commit, got 'main'" in out
     code, out = export(capsys, [CPU], tmp_path / "out", "--system", "../h200")
-    assert code == 2 and "--system" in out
+    assert code == 2
+    assert "--system" in out
     assert written(tmp_path / "out") == []
 
 
@@ -229,7 +238,8 @@ def test_table_needs_pyarrow(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(aisimulate, "pyarrow_missing", lambda: True)
     code, out = export(capsys, [H200_EAGER], tmp_path / "out", "--system", "h200_sxm",
                        *REVISIONS, *V3_FACTS)
-    assert code == 2 and "pip install 'pytest-sdbench[export]'" in out
+    assert code == 2
+    assert "pip install 'pytest-sdbench[export]'" in out
     assert written(tmp_path / "out") == []
 
 
@@ -247,14 +257,18 @@ def test_envelopes_map_each_observation_exactly(capsys, tmp_path):
     root = tmp_path / data["run_id"]
     assert oct(root.stat().st_mode & 0o777) != oct(0o700)
     manifest = json.loads((root / "import-manifest.json").read_text())
-    assert manifest["mode"] == "envelope_only" and manifest["table"] is None
+    assert manifest["mode"] == "envelope_only"
+    assert manifest["table"] is None
     assert manifest["facts"]["target_revision"] == {"value": REV_T, "source": "user"}
     assert manifest["user_facts"] == ["target_revision"]
-    assert not (root / "fpm_profile.json").exists() and not (root / "systems").exists()
+    assert not (root / "fpm_profile.json").exists()
+    assert not (root / "systems").exists()
     for phase, envelope in _envelopes(root, manifest).items():
         observations = data[phase]
-        assert envelope["schema_version"] == 2 and envelope["config"] == {"mode": phase}
-        assert envelope["status"] == "complete" and envelope["dp"] == {"rank": 0, "size": 1}
+        assert envelope["schema_version"] == 2
+        assert envelope["config"] == {"mode": phase}
+        assert envelope["status"] == "complete"
+        assert envelope["dp"] == {"rank": 0, "size": 1}
         assert [r["point"]["benchmark_id"] for r in envelope["results"]] == \
             list(range(1, len(observations) + 1))
         assert envelope["coverage"]["expected_points"] == len(observations)
@@ -303,7 +317,8 @@ def test_table_export_maps_the_profile_and_rows(capsys, tmp_path, json_table):
         "artifact identity.engine_version")
     profile = json.loads((root / "fpm_profile.json").read_text())
     deployment = profile["deployments"][0]
-    assert profile["model_revision"] == REV_T and profile["context_length"] == 2048
+    assert profile["model_revision"] == REV_T
+    assert profile["context_length"] == 2048
     assert deployment["execution_profile"] == {
         "kind": "speculative_round", "method": "eagle3", "num_draft_tokens": 3,
         "draft_model": str(root / "model" / "draft"), "draft_revision": REV_D,
@@ -313,7 +328,8 @@ def test_table_export_maps_the_profile_and_rows(capsys, tmp_path, json_table):
     assert resources["runtime_memory"]["kv_cache_bytes"] == \
         kv["num_blocks"] * kv["block_size"] * 118784
     assert (resources["max_num_tokens"], resources["max_batch_size"]) == (2048, 8)
-    assert deployment["kv_cache_dtype"] == "bfloat16" and deployment["tp"] == 1
+    assert deployment["kv_cache_dtype"] == "bfloat16"
+    assert deployment["tp"] == 1
     for role in ("target", "draft"):
         text = (root / "model" / role / "config.json").read_bytes()
         assert "sha256:" + hashlib.sha256(text).hexdigest() == \
@@ -378,7 +394,8 @@ def test_resolved_revisions_are_the_artifacts_and_must_be_pinned(capsys, tmp_pat
     assert "target_revision" not in manifest["user_facts"]
     code, out = export(capsys, [path], tmp_path / "out", "--system", "h200_sxm", *V3_FACTS,
                        "--target-revision", "3" * 40)
-    assert code == 1 and "the user's target_revision='3333" in out
+    assert code == 1
+    assert "the user's target_revision='3333" in out
     path = _with_revisions(tmp_path, "main", "vllm_config.model_config.revision")
     code, out = export(capsys, [path], tmp_path / "out2", "--system", "h200_sxm", *V3_FACTS)
     assert code == 1
@@ -411,7 +428,7 @@ def _repeated(data: dict, factors: tuple[float, ...]) -> dict:
     return data
 
 
-@pytest.mark.parametrize(("factors", "want_repeat"), [((1.5, 1.2), 2), ((0.9, 1.4, 0.8), 1)],
+@pytest.mark.parametrize("factors, want_repeat", [((1.5, 1.2), 2), ((0.9, 1.4, 0.8), 1)],
                          ids=["3-repeats-median", "4-repeats-lower-median"])
 def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data, factors,
                                              want_repeat):
@@ -427,7 +444,8 @@ def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data
             point = result["point"]
             times = sorted(o["timing"]["seconds"] for o in data[phase]
                            if o["point_index"] == point["sdbench_point_index"])
-            assert point["sdbench_repeat"] == want_repeat and point["sdbench_repeats"] == n
+            assert point["sdbench_repeat"] == want_repeat
+            assert point["sdbench_repeats"] == n
             assert result["fpms"][0]["wall_time"] == statistics.median_low(times)
             if n % 2:
                 assert result["fpms"][0]["wall_time"] == statistics.median(times)

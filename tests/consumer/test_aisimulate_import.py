@@ -27,35 +27,35 @@ import pytest
 
 os.environ.setdefault("AIC_ALLOW_UNLISTED_VERSIONS", "1")  # vLLM 0.26.0 is an unlisted version
 
-import aisimulate_core  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from aisimulate_core.fpm_profile import load_fpm_profile  # noqa: E402
-from aisimulate_core.sdk.fpm_identity import LEGACY_EXECUTION_IDENTITY  # noqa: E402
-from aisimulate_core.sdk.rust_engine_step import (  # noqa: E402
+import aisimulate_core
+import pyarrow.parquet as pq
+from aisimulate_core.fpm_profile import load_fpm_profile
+from aisimulate_core.sdk.fpm_identity import LEGACY_EXECUTION_IDENTITY
+from aisimulate_core.sdk.rust_engine_step import (
     ForwardPassPerfModelConfig,
     RustForwardPassPerfModel,
 )
-from collector.fpm_forward.capabilities import resolve_model_capability  # noqa: E402
-from collector.fpm_forward.config import FPMCollectionOptions  # noqa: E402
-from collector.fpm_forward.database import (  # noqa: E402
+from collector.fpm_forward.capabilities import resolve_model_capability
+from collector.fpm_forward.config import FPMCollectionOptions
+from collector.fpm_forward.database import (
     aggregate_cell,
     validate_formal_database_commit,
     write_formal_database,
 )
-from collector.fpm_forward.native_artifact import (  # noqa: E402
+from collector.fpm_forward.native_artifact import (
     select_native_measurements,
     validate_native_collection,
 )
-from collector.fpm_forward.planner import (  # noqa: E402
+from collector.fpm_forward.planner import (
     FPMCell,
     FPMCollectionPlan,
     _backend_policies,
     _cell_id,
 )
-from collector.fpm_forward.types import ParallelTopology  # noqa: E402
+from collector.fpm_forward.types import ParallelTopology
 
-from pytest_sdbench.cli import main  # noqa: E402
-from pytest_sdbench.export import aisimulate as exporter  # noqa: E402
+from pytest_sdbench.cli import main
+from pytest_sdbench.export import aisimulate as exporter
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_ARTIFACT = ROOT / "tests" / "fixtures" / "cpu-agg-v4.json"
@@ -266,13 +266,15 @@ def test_consumer_is_the_version_the_exporter_maps():
 
 def test_cpu_artifact_is_refused_and_its_envelopes_import(tmp_path):
     code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--system", SYSTEM, *REVISIONS)
-    assert code == 1 and "device: 'cpu' (timing source host_perf_counter" in text, text
+    assert code == 1, text
+    assert "device: 'cpu' (timing source host_perf_counter" in text
     assert not any(tmp_path.iterdir()), "a refused export leaves nothing behind"
     code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--envelope-only")
     assert code == 0, text
     run_id = json.loads(CPU_ARTIFACT.read_text())["run_id"]
     manifest = json.loads((tmp_path / run_id / exporter.MANIFEST_FILE).read_text())
-    assert manifest["mode"] == "envelope_only" and manifest["table"] is None
+    assert manifest["mode"] == "envelope_only"
+    assert manifest["table"] is None
     for phase, cell in manifest["cells"].items():
         collection = validate_native_collection(
             envelope_cell(cell, phase), tmp_path / run_id / "campaign" / "cells" / cell / "raw",
@@ -358,7 +360,8 @@ def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]
                                                        systems_root=collector_root / "data")
     committed = validate_formal_database_commit(parquet, metadata, plan,
                                                 expected_attempt_ids=attempts)
-    assert not skipped and committed["row_count"] == len(rows) == len(manifest["rows"])
+    assert not skipped
+    assert committed["row_count"] == len(rows) == len(manifest["rows"])
     assert {json.loads(metadata.read_text())["measurement_policy"]} == {
         "dynamo_native_single_sample_v1"}
     message = refused(lambda: rust_model(manifest, profile, nextn=k,
@@ -436,7 +439,8 @@ def test_one_phase_h200_artifact_is_refused_and_its_envelopes_import(artifact_pa
     """The consumer's loader needs both phases (see the table counterpart below): a prefill-
     or decode-only artifact is refused as a table, and its envelopes still validate."""
     code, text = sdbench_export([artifact_path], tmp_path, "--system", SYSTEM, *REVISIONS)
-    assert code == 1 and "mode: " in text, text
+    assert code == 1, text
+    assert "mode: " in text
     code, text = sdbench_export([artifact_path], tmp_path, "--envelope-only",
                                 "--allow-mixed-graph-modes")
     assert code == 0, text
@@ -459,7 +463,7 @@ def _with_sweep(paths: list[Path]) -> list:
         reason="no schema v4 H200 agg artifact is committed under docs/evidence/h200*/ yet"))]
 
 
-@pytest.mark.parametrize(("artifact_path", "acceptance_length"), _with_sweep(_agg(_h200(4))))
+@pytest.mark.parametrize("artifact_path, acceptance_length", _with_sweep(_agg(_h200(4))))
 def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, tmp_path):
     root, manifest, text = export_h200(artifact_path, tmp_path, acceptance_length)
     print(text)
@@ -492,7 +496,7 @@ def exported(tmp_path):
 
 
 def test_consumer_refuses_a_draft_depth_it_was_not_measured_at(exported):
-    root, manifest, profile, systems = exported
+    _root, manifest, profile, systems = exported
     k = manifest["nextn"]
     for n in sorted({0, max(1, k - 1), min(5, k + 1)} - {k}):
         message = refused(lambda n=n: rust_model(manifest, profile, nextn=n, systems=systems))
@@ -550,7 +554,7 @@ def test_consumer_refuses_colliding_coordinates(exported):
     print(f"select_native_measurements: {message}")
     rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
     twin = dict(next(r for r in rows if r["workload_kind"] == "decode"), latency_ms=1.0)
-    rewrite_table(root, manifest, rows + [twin])
+    rewrite_table(root, manifest, [*rows, twin])
     message = refused(lambda: rust_model(manifest, profile, nextn=manifest["nextn"],
                                          systems=systems))
     assert "duplicate physical row key" in message
