@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..artifact import UnusableArtifact, validate_path
@@ -49,7 +50,8 @@ from ..wire.contract import (
     WARMUP_UNTIL_STABLE,
 )
 from ..wire.identity import IdentityField
-from ..wire.model import Artifact, Observation
+from ..wire.model import Artifact, DecodeObservation, Observation, PrefillObservation
+from ..wire.points import PrefillPoint
 
 # --- The consumer's vocabulary (aisimulate 0.13.0.dev202610270000000085) -------------------
 CONSUMER = "aisimulate"
@@ -176,9 +178,10 @@ class Fact:
 
 
 def _field(artifact: Artifact, path: str) -> IdentityField:
-    node = artifact
+    node: Any = artifact
     for part in path.split("."):
         node = getattr(node, part)
+    assert isinstance(node, IdentityField), path
     return node
 
 
@@ -247,7 +250,7 @@ def read_artifact(path: Path) -> tuple[Artifact, str | None, bytes]:
         report = validate_path(path)
     except UnusableArtifact as exc:
         raise UnusableInput(str(exc)) from None
-    if not report.ok:
+    if not report.ok or report.artifact is None:
         raise Refused([f"not a valid artifact ({len(report.errors)} violation(s); run "
                        f"`sdbench validate {path}`): " + "; ".join(report.errors[:5])])
     return report.artifact, report.legacy, path.read_bytes()
@@ -266,15 +269,24 @@ def select(artifact: Artifact, phase: str) -> list[Selected]:
     an odd count the median itself, for an even count the lower of the two middle ones (their
     mean, the summary's median, is no observation). Ties go to the lower repeat index."""
     by_point: dict[int, list[Observation]] = {}
-    for obs in getattr(artifact, phase):
+    observations: tuple[Observation, ...] = getattr(artifact, phase)
+    for obs in observations:
         by_point.setdefault(obs.point_index, []).append(obs)
     chosen = []
     for index in sorted(by_point):
-        repeats = sorted(by_point[index], key=lambda o: o.repeat)
-        ranked = sorted(repeats, key=lambda o: (o.timing.seconds, o.repeat))
+        repeats = sorted(by_point[index], key=_repeat_of)
+        ranked = sorted(repeats, key=_time_then_repeat)
         chosen.append(Selected(phase, ranked[(len(ranked) - 1) // 2],
                                tuple(o.timing.seconds for o in repeats)))
     return chosen
+
+
+def _repeat_of(obs: Observation) -> int:
+    return obs.repeat
+
+
+def _time_then_repeat(obs: Observation) -> tuple[float, int]:
+    return obs.timing.seconds, obs.repeat
 
 
 def _select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: float | None,
@@ -293,10 +305,10 @@ def _select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: flo
     kept, left_out = [], []
     for item in selected[PHASE_DECODE]:
         obs = item.observation
-        if obs.point.acceptance_length == al:
+        if isinstance(obs, DecodeObservation) and obs.point.acceptance_length == al:
             kept.append(item)
         else:
-            left_out.append(f"decode[{obs.point_index}] ({_describe(PHASE_DECODE, obs)})")
+            left_out.append(f"decode[{obs.point_index}] ({_describe(obs)})")
     selected[PHASE_DECODE] = kept
     return left_out
 
@@ -310,12 +322,17 @@ def coordinates(phase: str, obs: Observation) -> tuple[int, int, int]:
     return len(requests), new, kv
 
 
-def _describe(phase: str, obs: Observation) -> str:
+def _describe(obs: Observation) -> str:
     p = obs.point
-    if phase == PHASE_PREFILL:
+    if isinstance(p, PrefillPoint):
         return f"B={p.batch_size} new={p.new_tokens} prefix={p.cached_prefix_tokens}"
     al = "natural" if p.acceptance_length is None else f"{p.acceptance_length:g}"
     return f"B={p.batch_size} ctx={p.context_tokens} K={p.draft_depth} AL={al}"
+
+
+def _seed_regime(obs: Observation) -> str | None:
+    """A prefill step's KV seed regime (None for decode)."""
+    return obs.kv_seed_regime if isinstance(obs, PrefillObservation) else None
 
 
 # --- Checks: everything the consumer cannot take truthfully ---------------------------------
@@ -365,9 +382,10 @@ def _check_speculative(a: Artifact, reasons: list[str]) -> None:
 
 
 def _check_timing(a: Artifact, reasons: list[str]) -> None:
-    sources = sorted({o.timing.source for o in (*a.prefill, *a.decode)})
+    timings = [o.timing for o in a.prefill] + [o.timing for o in a.decode]
+    sources = sorted({t.source for t in timings})
     if a.device != DEVICE_CUDA or sources != [SOURCE_CUDA_EVENT]:
-        scopes = sorted({o.timing.scope for o in (*a.prefill, *a.decode)})
+        scopes = sorted({t.scope for t in timings})
         reasons.append(f"device: {a.device!r} (timing source {', '.join(sources)}, scope "
                        f"{', '.join(scopes)}); the consumer's speculative table admits timing "
                        f"scope {TIMING_SCOPE!r} only, which a host timer is not; "
@@ -391,9 +409,9 @@ def _check_collisions(phase: str, chosen: list[Selected], reasons: list[str]) ->
             first = seen[key]
             reasons.append(
                 f"{phase}[{first.observation.point_index}] "
-                f"({_describe(phase, first.observation)}) and "
+                f"({_describe(first.observation)}) and "
                 f"{phase}[{item.observation.point_index}] "
-                f"({_describe(phase, item.observation)}) land on one consumer coordinate "
+                f"({_describe(item.observation)}) land on one consumer coordinate "
                 f"(batch {key[0]}, new {key[1]}, KV {key[2]}); the consumer keys a row by "
                 "those alone (no K or acceptance-length axis): export one acceptance length "
                 "at a time (--acceptance-length AL), or from separate artifacts")
@@ -414,10 +432,10 @@ def _check_graph_modes(phase: str, chosen: list[Selected], allowed: bool,
 
 def _check_prefixes(chosen: list[Selected], reasons: list[str]) -> None:
     for item in chosen:
-        obs = item.observation
-        if obs.kv_seed_regime not in ROW_SEED_REGIME:
-            reasons.append(f"prefill[{obs.point_index}].kv_seed_regime: {obs.kv_seed_regime!r} "
-                           f"({_describe(PHASE_PREFILL, obs)}); only a prefix the engine "
+        obs, regime = item.observation, _seed_regime(item.observation)
+        if regime not in ROW_SEED_REGIME:
+            reasons.append(f"prefill[{obs.point_index}].kv_seed_regime: {regime!r} "
+                           f"({_describe(obs)}); only a prefix the engine "
                            "computed and verified as a hit is real KV (the consumer's table "
                            "needs real_kv for cached prefill)")
 
@@ -425,7 +443,8 @@ def _check_prefixes(chosen: list[Selected], reasons: list[str]) -> None:
 def _check_summaries(a: Artifact, selected: Mapping[str, list[Selected]],
                      reasons: list[str]) -> None:
     """An odd count's selected time is the point's median: the summary must say so."""
-    medians = {(s.phase, s.point_index): s.median_seconds for s in a.summaries}
+    medians: dict[tuple[str, int], float] = {(s.phase, s.point_index): s.median_seconds
+                                             for s in a.summaries}
     for phase, chosen in selected.items():
         for item in chosen:
             obs = item.observation
@@ -605,12 +624,13 @@ def cell_id(*, model_path: str, system: str, phase: str, precision: Mapping[str,
 def _point(phase: str, item: Selected, benchmark_id: int, k: int) -> dict:
     obs = item.observation
     batch, new, kv = coordinates(phase, obs)
+    rows: list[list[int]] | None = None
     if phase == PHASE_PREFILL:
-        stamp = SEED_STAMP.get(obs.kv_seed_regime)
+        stamp = SEED_STAMP.get(_seed_regime(obs) or "")
         reasons = ["explicit", stamp] if stamp else ["explicit"]
         rows = [[r.new_tokens, r.kv_tokens] for r in obs.snapshot.requests]
     else:
-        reasons, rows = ["explicit", SEED_STAMP[PHASE_DECODE]], None
+        reasons = ["explicit", SEED_STAMP[PHASE_DECODE]]
     return {
         "point_type": phase, "benchmark_id": benchmark_id, "batch_size": batch,
         "total_prefill_tokens": new, "total_kv_read_tokens": kv, "rows": rows,
@@ -627,7 +647,7 @@ def _labels(phase: str, item: Selected, k: int) -> dict:
     """sdbench's own labels of a row (the consumer ignores them; they keep the audit trail).
     Every row carries every label (None where a phase has none): one parquet schema."""
     obs = item.observation
-    decode = phase == PHASE_DECODE
+    decode = obs if isinstance(obs, DecodeObservation) else None
     return {
         "sdbench_point_index": obs.point_index, "sdbench_repeat": obs.repeat,
         "sdbench_repeats": len(item.repeats_seconds),
@@ -637,10 +657,12 @@ def _labels(phase: str, item: Selected, k: int) -> dict:
         "sdbench_warmup_passes": obs.warmup_passes,
         "sdbench_warmup_settled": obs.warmup_settled,
         "sdbench_draft_depth": k,
-        "sdbench_kv_seed_regime": obs.kv_seed_regime if not decode else None,
-        "sdbench_requested_acceptance_length": obs.point.acceptance_length if decode else None,
-        "sdbench_observed_acceptance_length": obs.observed_acceptance_length if decode else None,
-        "sdbench_run_acceptance_length": obs.run_acceptance_length if decode else None,
+        "sdbench_kv_seed_regime": _seed_regime(obs),
+        "sdbench_requested_acceptance_length": (decode.point.acceptance_length if decode
+                                                else None),
+        "sdbench_observed_acceptance_length": (decode.observed_acceptance_length if decode
+                                               else None),
+        "sdbench_run_acceptance_length": decode.run_acceptance_length if decode else None,
     }
 
 
@@ -678,8 +700,7 @@ def build_envelope(a: Artifact, legacy: str | None, phase: str, chosen: list[Sel
     for benchmark_id, item in enumerate(chosen, start=1):
         point = _point(phase, item, benchmark_id, k)
         fpm = _fpm(phase, item.observation, benchmark_id, worker_id)
-        regime = (ROW_SEED_REGIME[item.observation.kv_seed_regime] if phase == PHASE_PREFILL
-                  else DECODE_SEED_REGIME)
+        regime = ROW_SEED_REGIME.get(_seed_regime(item.observation) or "", DECODE_SEED_REGIME)
         results.append({"point": point, "fpms": [fpm], "kv_seed_regime": regime})
         groups.append({"benchmark_id": benchmark_id, "point": point, "expected_dp_ranks": [0],
                        "complete": True, "wall_time": fpm["wall_time"],
@@ -722,28 +743,39 @@ def build_envelope(a: Artifact, legacy: str | None, phase: str, chosen: list[Sel
     return envelope
 
 
+@dataclass(frozen=True)
+class RowIdentity:
+    """What every row of the table and the cell ids carry."""
+    model_path: str
+    draft_path: str
+    system: str
+    version: str
+    precision: dict[str, str]
+    execution: tuple[str, str, str, str]
+
+
 # --- The speculative FPM table --------------------------------------------------------------
 
-def table_rows(a: Artifact, selected: Mapping[str, list[Selected]], *, identity: Mapping,
+def table_rows(a: Artifact, selected: Mapping[str, list[Selected]], *, identity: RowIdentity,
                cells: Mapping[str, str], run: Mapping[str, str]) -> list[dict]:
     """One row per point: the selected observation's time in ms at its coordinate, under the
     speculative identity, labelled single_sample / model_step_cuda."""
     k = a.speculative.draft_depth
-    assert_speculative(identity["execution"], k)
+    assert_speculative(identity.execution, k)
     rows = []
     for phase, chosen in selected.items():
         for item in chosen:
             obs = item.observation
             batch, new, kv = coordinates(phase, obs)
             rows.append({
-                "cell_id": cells[phase], "model_path": identity["model_path"],
-                "system": identity["system"], "backend": "vllm",
-                "backend_version": identity["version"],
-                "runtime_backend_version": identity["version"],
-                "weight_quantization": identity["precision"]["gemm_quant_mode"],
-                **identity["precision"], "fmha_resolution": FMHA_RESOLUTION,
+                "cell_id": cells[phase], "model_path": identity.model_path,
+                "system": identity.system, "backend": "vllm",
+                "backend_version": identity.version,
+                "runtime_backend_version": identity.version,
+                "weight_quantization": identity.precision["gemm_quant_mode"],
+                **identity.precision, "fmha_resolution": FMHA_RESOLUTION,
                 "parallel_strategy": PARALLEL_STRATEGY, **TOPOLOGY, **BACKEND_POLICY,
-                **dict(zip(EXECUTION_COLUMNS, identity["execution"], strict=True)),
+                **dict(zip(EXECUTION_COLUMNS, identity.execution, strict=True)),
                 "workload_kind": phase, "batch_size": batch, "total_prefill_tokens": new,
                 "total_kv_read_tokens": kv, "partition_policy": PARTITION_POLICY,
                 "kv_seed_regime": TABLE_SEED_REGIME[phase == PHASE_DECODE or kv > 0],
@@ -761,8 +793,9 @@ def table_rows(a: Artifact, selected: Mapping[str, list[Selected]], *, identity:
 
 
 def write_table(rows: list[dict], dest: Path, metadata: dict) -> dict:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import importlib
+    pa = importlib.import_module("pyarrow")       # the `export` extra, optional
+    pq = importlib.import_module("pyarrow.parquet")
     dest.mkdir(parents=True, exist_ok=True)
     parquet = dest / TABLE_FILE
     pq.write_table(pa.Table.from_pylist(rows), parquet, compression="zstd")
@@ -844,13 +877,13 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
     k = a.speculative.draft_depth
     run12 = a.run_id[:12]
     pod, attempt = f"sdbench-{run12}", f"sdbench-{a.run_id}"
-    profile, identity, cells = None, None, {
-        phase: f"sdbench-envelope-{phase}-{run12}" for phase in selected}
-    if deployment is not None:
-        profile, identity = _profile(a, deployment, final)
-        cells = {phase: cell_id(model_path=identity["model_path"], system=identity["system"],
-                                phase=phase, precision=identity["precision"],
-                                execution=identity["execution"]) for phase in selected}
+    cells = {phase: f"sdbench-envelope-{phase}-{run12}" for phase in selected}
+    built = _profile(a, deployment, final) if deployment is not None else None
+    profile, identity = built if built is not None else (None, None)
+    if deployment is not None and identity is not None:
+        cells = {phase: cell_id(model_path=identity.model_path, system=identity.system,
+                                phase=phase, precision=identity.precision,
+                                execution=identity.execution) for phase in selected}
         for role, (data, _source) in deployment.configs.items():
             (staging / "model" / role).mkdir(parents=True, exist_ok=True)
             (staging / "model" / role / "config.json").write_bytes(data)
@@ -871,10 +904,10 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
     run = {"source_plan_sha256": plan_sha, "collector_attempt_id": attempt,
            "runtime_run_id": a.run_id, "runtime_grid_digest": a.integrity.grid_digest}
     table = None
-    if deployment is not None:
+    if identity is not None:
         _write_json(staging / PROFILE_FILE, profile)
         rows = table_rows(a, selected, identity=identity, cells=cells, run=run)
-        dest = Path("systems") / "data" / identity["system"] / "vllm" / version
+        dest = Path("systems") / "data" / identity.system / "vllm" / version
         write_table(rows, staging / dest, {
             "schema_name": TABLE_SCHEMA[0], "schema_version": TABLE_SCHEMA[1],
             "coordinate_system": TABLE_COORDINATES, "measurement_policy": TABLE_POLICY,
@@ -885,7 +918,7 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
             "source_plan_sha256": [plan_sha], "collector_attempt_ids": [attempt],
             "runtime_run_ids": [a.run_id], "runtime_grid_digests": [a.integrity.grid_digest],
             "aic_revision": f"{PACKAGE_NAME} {__version__} export",
-            "model_paths": [identity["model_path"]], "system": identity["system"],
+            "model_paths": [identity.model_path], "system": identity.system,
             "backend": "vllm", "backend_version": version,
             "producer": {"package": PACKAGE_NAME, "version": __version__}})
         table = {"systems_root": "systems", "parquet": str(dest / TABLE_FILE),
@@ -897,10 +930,10 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
     return manifest
 
 
-def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, dict]:
+def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity]:
     """The FpmModelProfile (one aggregated deployment with the speculative round) and the
     identity its rows carry."""
-    f = {name: fact.value for name, fact in d.facts.items()}
+    f: dict[str, Any] = {name: fact.value for name, fact in d.facts.items()}
     k = a.speculative.draft_depth
     model_path, draft_path = str(final / "model" / "target"), str(final / "model" / "draft")
     spec = execution_profile(k, draft_path, str(f["draft_revision"]))
@@ -937,10 +970,8 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, dict]:
                     f"{n} from {d.facts[n].source}" for n in
                     ("max_num_batched_tokens", "max_num_seqs"))}}],
     }
-    identity = {"model_path": model_path, "draft_path": draft_path, "system": f["system"],
-                "version": f["engine_version"], "precision": d.precision,
-                "execution": execution}
-    return profile, identity
+    return profile, RowIdentity(model_path, draft_path, str(f["system"]),
+                                str(f["engine_version"]), d.precision, execution)
 
 
 def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, deployment,
@@ -971,14 +1002,14 @@ def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, depl
                          "kv_capacity_digest": a.integrity.kv_capacity_digest}},
         "draft_depth": k, "nextn": k,
         "facts": facts, "user_facts": user,
-        "system": identity["system"] if identity else None, "backend": "vllm",
+        "system": identity.system if identity else None, "backend": "vllm",
         "backend_version": str(_field(a, "identity.engine_version").value),
-        "model_path": identity["model_path"] if identity else None,
-        "draft_path": identity["draft_path"] if identity else None,
-        "precision": identity["precision"] if identity else None,
+        "model_path": identity.model_path if identity else None,
+        "draft_path": identity.draft_path if identity else None,
+        "precision": identity.precision if identity else None,
         "fmha_resolution": FMHA_RESOLUTION if identity else None,
         "topology": TOPOLOGY, "parallel_strategy": PARALLEL_STRATEGY,
-        "execution_identity": list(identity["execution"]) if identity else None,
+        "execution_identity": list(identity.execution) if identity else None,
         "cells": cells, "plan_sha256": plan_sha, "attempt_id": attempt, "pod": pod,
         "fpm_profile": PROFILE_FILE if identity else None, "table": table,
         "allow_mixed_graph_modes": options.allow_mixed_graph_modes,
@@ -1019,8 +1050,9 @@ def _warnings(a: Artifact, selected, options: ExportOptions) -> list[str]:
             warnings.append(f"warm-up did not settle before {len(unsettled)} point(s): {shown}")
     if a.environment is not None and a.environment.contended:
         warnings.append(f"environment: contended collection ({a.environment.reason})")
-    requested = sorted({item.observation.point.acceptance_length
-                        for item in selected.get(PHASE_DECODE, [])} - {None})
+    requested = sorted({al for item in selected.get(PHASE_DECODE, [])
+                        if isinstance(item.observation, DecodeObservation)
+                        and (al := item.observation.point.acceptance_length) is not None})
     if requested:
         warnings.append(f"decode rows were measured at synthetic acceptance length(s) "
                         f"{', '.join(f'{al:g}' for al in requested)}; the consumer's identity "
