@@ -28,4 +28,4 @@ fi
 cd "$root"
 # vLLM 0.26.0 is not among the versions the consumer's packaged h200_sxm data lists.
 export SDBENCH_CONSUMER_TEST=1 AIC_ALLOW_UNLISTED_VERSIONS=1 PYTHONDONTWRITEBYTECODE=1
-exec "$venv/bin/python" -m pytest -p no:sdbench tests/consumer "$@"
+exec "$venv/bin/python" -m pytest tests/consumer "$@"

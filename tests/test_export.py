@@ -463,6 +463,24 @@ def test_preset_configs_are_the_files_a_preset_writes(tmp_path):
             assert texts[hashlib.sha256(data).hexdigest()][0].encode() == data
 
 
+def test_tensor_parallel_maps_to_the_consumers_tp_preset(tmp_path, cpu_artifact_data):
+    assert aisimulate.topology(2) == {"tp": 2, "pp": 1, "dp": 1, "moe_tp": 1, "moe_ep": 1,
+                                      "cp": 1}
+    assert (aisimulate.parallel_strategy(1), aisimulate.parallel_strategy(2)) == ("single", "tp")
+    precision = {"gemm_quant_mode": "bfloat16", "kv_cache_dtype": "bfloat16"}
+    ids = {aisimulate.cell_id(model_path="/m", system="h200_sxm", phase="decode", tp=tp,
+                              precision=precision, execution=("", "x", "none", "text"))
+           for tp in (1, 2)}
+    assert len(ids) == 2     # the topology is part of the cell's identity
+    data = cpu_artifact_data
+    data["identity"]["pipeline_parallel_size"]["value"] = 2
+    options = aisimulate.ExportOptions(envelope_only=True)
+    with pytest.raises(aisimulate.Refused) as refused:
+        aisimulate.export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
+    assert any(r.startswith("identity.pipeline_parallel_size: 2; the consumer's speculative")
+               for r in refused.value.reasons)
+
+
 def test_never_an_autoregressive_identity():
     with pytest.raises(AssertionError, match="must carry its speculative round"):
         aisimulate.assert_speculative(("", "full", "none", "text"), 3)

@@ -74,11 +74,21 @@ SELECTOR_PREFIX = "speculative_round_v1:"
 # The consumer's autoregressive (legacy) identity: its execution_profile column reads "full".
 # Written for a K>0 profile it is imported silently and loads at nextn=0; never written here.
 AUTOREGRESSIVE_EXECUTION_PROFILE = "full"
-TOPOLOGY = {"tp": 1, "pp": 1, "dp": 1, "moe_tp": 1, "moe_ep": 1, "cp": 1}
 BACKEND_POLICY = {"moe_backend": "auto", "attention_backend": "auto", "enable_wideep": False,
                   "enable_eplb": False}
 POINT_SOURCE = "dynamo_native_self_benchmark"
-PARALLEL_STRATEGY = "single"
+
+
+
+def topology(tp: int) -> dict[str, int]:
+    """The consumer's topology of a dense engine of tensor-parallel size tp: its plain "tp"
+    preset (data, pipeline and context parallel 1, no expert axes)."""
+    return {"tp": tp, "pp": 1, "dp": 1, "moe_tp": 1, "moe_ep": 1, "cp": 1}
+
+
+def parallel_strategy(tp: int) -> str:
+    """The consumer's topology_strategy of a dense topology."""
+    return "single" if tp == 1 else "tp"
 PARTITION_POLICY = "balanced_v1"
 # Dynamo's names of CUDA-graph modes and of KV seeding (point-injection stamps).
 GRAPH_MODE_NAME = {GRAPH_EAGER: "NONE", GRAPH_PIECEWISE: "PIECEWISE", GRAPH_FULL: "FULL"}
@@ -393,12 +403,23 @@ def _check_timing(a: Artifact, reasons: list[str]) -> None:
 
 
 def _check_parallel(a: Artifact, reasons: list[str]) -> None:
-    for name in ("tensor_parallel_size", "pipeline_parallel_size"):
-        found = getattr(a.identity, name)
-        if not found.resolved or found.value != 1:
-            shown = found.value if found.resolved else f"unresolved ({found.reason})"
-            reasons.append(f"identity.{name}: {shown}; this exporter maps single-rank engines "
-                           "only (a multi-rank mapping is not verified against the consumer)")
+    """Tensor parallel maps to the consumer's pure-TP speculative identity (one step time:
+    the slowest rank's, as the artifact's step_time_rule has it); pipeline parallel does
+    not (the consumer's speculative identity requires PP1)."""
+    tp, pp = a.identity.tensor_parallel_size, a.identity.pipeline_parallel_size
+    if not tp.resolved or not isinstance(tp.value, int) or tp.value < 1:
+        reasons.append(f"identity.tensor_parallel_size: unresolved ({tp.reason}); the "
+                       "consumer's topology needs it")
+    if not pp.resolved or pp.value != 1:
+        shown = pp.value if pp.resolved else f"unresolved ({pp.reason})"
+        reasons.append(f"identity.pipeline_parallel_size: {shown}; the consumer's speculative "
+                       "identity requires pipeline parallel 1")
+
+
+def _tp(a: Artifact) -> int:
+    value = a.identity.tensor_parallel_size.value
+    assert isinstance(value, int), value
+    return value
 
 
 def _check_collisions(phase: str, chosen: list[Selected], reasons: list[str]) -> None:
@@ -606,12 +627,12 @@ def assert_speculative(execution: Sequence[str], k: int) -> None:
                              f"K={k}: a K>0 profile must carry its speculative round")
 
 
-def cell_id(*, model_path: str, system: str, phase: str, precision: Mapping[str, str],
-            execution: Sequence[str]) -> str:
+def cell_id(*, model_path: str, system: str, phase: str, tp: int,
+            precision: Mapping[str, str], execution: Sequence[str]) -> str:
     """The consumer planner's _cell_id for this cell (backend policy auto)."""
     payload = {
         "backend": "vllm", "model_path": model_path, "system": system, "phase": phase,
-        "topology": TOPOLOGY, "weight_quantization": precision["gemm_quant_mode"],
+        "topology": topology(tp), "weight_quantization": precision["gemm_quant_mode"],
         "kv_cache_dtype": precision["kv_cache_dtype"], **BACKEND_POLICY,
         **dict(zip(EXECUTION_COLUMNS, execution, strict=True)),
         "input_text_sha256": "", "point_source": POINT_SOURCE,
@@ -752,6 +773,7 @@ class RowIdentity:
     version: str
     precision: dict[str, str]
     execution: tuple[str, str, str, str]
+    tp: int
 
 
 # --- The speculative FPM table --------------------------------------------------------------
@@ -774,7 +796,8 @@ def table_rows(a: Artifact, selected: Mapping[str, list[Selected]], *, identity:
                 "runtime_backend_version": identity.version,
                 "weight_quantization": identity.precision["gemm_quant_mode"],
                 **identity.precision, "fmha_resolution": FMHA_RESOLUTION,
-                "parallel_strategy": PARALLEL_STRATEGY, **TOPOLOGY, **BACKEND_POLICY,
+                "parallel_strategy": parallel_strategy(identity.tp),
+                **topology(identity.tp), **BACKEND_POLICY,
                 **dict(zip(EXECUTION_COLUMNS, identity.execution, strict=True)),
                 "workload_kind": phase, "batch_size": batch, "total_prefill_tokens": new,
                 "total_kv_read_tokens": kv, "partition_policy": PARTITION_POLICY,
@@ -882,7 +905,7 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
     profile, identity = built if built is not None else (None, None)
     if deployment is not None and identity is not None:
         cells = {phase: cell_id(model_path=identity.model_path, system=identity.system,
-                                phase=phase, precision=identity.precision,
+                                phase=phase, tp=identity.tp, precision=identity.precision,
                                 execution=identity.execution) for phase in selected}
         for role, (data, _source) in deployment.configs.items():
             (staging / "model" / role).mkdir(parents=True, exist_ok=True)
@@ -951,7 +974,7 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
                        f"{'' if al is None else f' AL={al:g}'}); {sources}"),
         "deployments": [{
             "system": f["system"], "backend": "vllm", "backend_version": f["engine_version"],
-            **{name: TOPOLOGY[name] for name in ("tp", "pp", "dp", "moe_tp", "moe_ep", "cp")},
+            **topology(_tp(a)),
             **d.precision, "worker_type": "aggregated", "execution_profile": spec,
             "resources": {
                 "runtime_memory": {
@@ -971,7 +994,7 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
                     ("max_num_batched_tokens", "max_num_seqs"))}}],
     }
     return profile, RowIdentity(model_path, draft_path, str(f["system"]),
-                                str(f["engine_version"]), d.precision, execution)
+                                str(f["engine_version"]), d.precision, execution, _tp(a))
 
 
 def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, deployment,
@@ -1008,7 +1031,7 @@ def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, depl
         "draft_path": identity.draft_path if identity else None,
         "precision": identity.precision if identity else None,
         "fmha_resolution": FMHA_RESOLUTION if identity else None,
-        "topology": TOPOLOGY, "parallel_strategy": PARALLEL_STRATEGY,
+        "topology": topology(_tp(a)), "parallel_strategy": parallel_strategy(_tp(a)),
         "execution_identity": list(identity.execution) if identity else None,
         "cells": cells, "plan_sha256": plan_sha, "attempt_id": attempt, "pod": pod,
         "fpm_profile": PROFILE_FILE if identity else None, "table": table,

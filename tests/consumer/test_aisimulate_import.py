@@ -52,6 +52,7 @@ from collector.fpm_forward.planner import (
     _backend_policies,
     _cell_id,
 )
+from collector.fpm_forward.topology import topology_strategy
 from collector.fpm_forward.types import ParallelTopology
 
 from pytest_sdbench.cli import main
@@ -160,8 +161,9 @@ def build_plan(manifest: dict, execution: tuple[str, ...], profile: dict):
     for row in manifest["rows"]:
         coordinates[row["phase"]].append({key: row[key] for key in (
             "batch_size", "total_prefill_tokens", "total_kv_read_tokens")})
+    gpus = manifest["topology"]["tp"]
     options = FPMCollectionOptions(
-        max_gpus=1, gpu_counts=(1,), parallel_presets=("tp",), parallel_axes=(),
+        max_gpus=gpus, gpu_counts=(gpus,), parallel_presets=("tp",), parallel_axes=(),
         moe_backend="auto", attention_backend="auto", enable_wideep="false",
         enable_eplb="false", weight_quantizations=(precision["gemm_quant_mode"],),
         kv_cache_dtypes=(precision["kv_cache_dtype"],),
@@ -171,7 +173,7 @@ def build_plan(manifest: dict, execution: tuple[str, ...], profile: dict):
         gpu_memory_utilization=facts["gpu_memory_utilization"], worker_type="aggregated",
         benchmark_points_json=json.dumps(coordinates, sort_keys=True))
     policy = _backend_policies(options, {}, backend="vllm")[0]
-    topology = ParallelTopology(tp=1, pp=1, dp=1, moe_tp=1, moe_ep=1, cp=1)
+    topology = ParallelTopology(**manifest["topology"])
     dtype = capability.dtype
     kv = precision["kv_cache_dtype"]
     cells = tuple(FPMCell(
@@ -182,7 +184,8 @@ def build_plan(manifest: dict, execution: tuple[str, ...], profile: dict):
         workload_kind=phase, topology=topology, weight_quantization=dtype.gemm_quant_mode,
         kv_cache_dtype=kv, backend_policy=policy, gemm_quant_mode=dtype.gemm_quant_mode,
         moe_quant_mode=dtype.moe_quant_mode, fmha_quant_mode=dtype.fmha_by_kv_dtype[kv],
-        comm_quant_mode=dtype.comm_quant_mode, parallel_strategy="single",
+        comm_quant_mode=dtype.comm_quant_mode,
+        parallel_strategy=topology_strategy(topology, is_moe=capability.is_moe),
         fmha_resolution=dtype.fmha_resolution_by_kv_dtype[kv],
         execution_identity=tuple(execution)) for phase in manifest["cells"])
     plan = FPMCollectionPlan(
@@ -201,7 +204,7 @@ def rust_model(manifest: dict, profile: dict, *, nextn: int, systems: Path):
     config = ForwardPassPerfModelConfig(
         model=manifest["model_path"], system=manifest["system"], backend="vllm",
         worker_type="aggregated", backend_version=manifest["backend_version"],
-        fpm_profile=profile, tp=1, pp=1, attention_dp=1, nextn=nextn,
+        fpm_profile=profile, tp=manifest["topology"]["tp"], pp=1, attention_dp=1, nextn=nextn,
         estimation_mode="fpm_interpolation", database_mode="SILICON", fallback_policy="deny",
         estimator_config={"fpm_interpolation": {"method": "direct"}},
         systems_paths=(str(systems),))
@@ -347,6 +350,7 @@ def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]
         "fmha_quant_mode": dtype.fmha_by_kv_dtype[kv], "comm_quant_mode": dtype.comm_quant_mode,
         "kv_cache_dtype": kv}
     assert manifest["fmha_resolution"] == dtype.fmha_resolution_by_kv_dtype[kv]
+    assert manifest["parallel_strategy"] == plan.cells[0].parallel_strategy
     validate_cells(plan, manifest, root)
 
     # The consumer's collector route takes the envelopes as far as its own code goes: its
