@@ -6,6 +6,7 @@
     sdbench compare  BASELINE CANDIDATE [--fail-above PCT] [--noise-floor PCT]
                      [--format text|markdown|csv|json]   exit 0 pass, 1 fail, 2 unusable
     sdbench plot     [ARTIFACT ...] [--compare BASELINE CANDIDATE] [--out DIR]  (matplotlib)
+    sdbench export   ARTIFACT... --to aisimulate --out DIR   exit 0 written, 1 refused, 2 unusable
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--compare", nargs=2, metavar=("BASELINE", "CANDIDATE"),
                     help="also draw the per-point change of CANDIDATE against BASELINE")
     pl.add_argument("--out", default="sdbench-plots", metavar="DIR")
+    from .export.command import add_arguments
+    add_arguments(sub.add_parser("export", help="write what a consumer (AISimulate) reads: "
+                                 "native envelopes, profile and speculative FPM table"))
     return parser
 
 
@@ -70,7 +74,8 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
-                "compare": cmd_compare, "plot": cmd_plot}[args.command](args)
+                "compare": cmd_compare, "plot": cmd_plot,
+                "export": cmd_export}[args.command](args)
     except KeyboardInterrupt:   # what was measured is saved (and said) where it was taken
         _err("sdbench: interrupted")
         return EXIT_INTERRUPTED
@@ -312,6 +317,14 @@ def cmd_plot(args) -> int:
     for path in written:
         print(f"wrote {path}")
     return EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from .engine.presets import config_texts
+    from .export import KnownConfig
+    from .export.command import run
+    return run(args, {digest: KnownConfig(text, source)
+                      for digest, (text, source) in config_texts().items()})
 
 
 if __name__ == "__main__":

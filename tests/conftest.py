@@ -1,9 +1,13 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# tests/consumer imports AISimulate, whose wheel adds a top-level package `collector`: it runs
+# in an environment of its own (scripts/consumer-test.sh sets this variable), never here.
+collect_ignore = [] if os.environ.get("SDBENCH_CONSUMER_TEST") == "1" else ["consumer"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -84,10 +84,28 @@ AUTO_PRESET = "auto"   # tiny on CPU, qwen3-0.6b on CUDA
 PRESET_FOR_DEVICE = {"cpu": "tiny", "cuda": "qwen3-0.6b"}
 
 
+def config_text(config: dict) -> str:
+    """The exact text of a preset's config.json: its sha256 is the identity's config digest."""
+    return json.dumps(config, indent=2, sort_keys=True)
+
+
+def config_texts() -> dict[str, tuple[str, str]]:
+    """sha256 -> (config.json text, which preset and role) for every preset's two configs:
+    an export ships the config a preset's artifact names by digest."""
+    texts = {}
+    for preset in PRESETS.values():
+        for role, config in (("target", preset.target_config()),
+                             ("draft", preset.draft_config())):
+            text = config_text(config)
+            texts[hashlib.sha256(text.encode()).hexdigest()] = (text, f"preset {preset.name} "
+                                                                      f"{role} config")
+    return texts
+
+
 def _write_json(path: Path, data: dict) -> None:
     """Atomically: pytest-xdist workers may write the same preset at the same moment (same
     content; the last rename wins)."""
-    text = json.dumps(data, indent=2, sort_keys=True)
+    text = config_text(data)
     if not path.exists() or path.read_text() != text:
         atomic_write_text(path, text)
 

@@ -1,0 +1,115 @@
+"""`sdbench export ARTIFACT... --to aisimulate --out DIR`: arguments and the loop over the
+artifacts. Exit 0: every artifact written; 1: one or more refused (each reason names the
+field and the value); 2: unusable input (no artifact, an option that cannot be used)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from .aisimulate import (
+    FACTS,
+    SYSTEM_PATTERN,
+    USER_FACT_NAMES,
+    ExportOptions,
+    KnownConfig,
+    Refused,
+    UnusableInput,
+    check_user_value,
+    export_artifact,
+    parse_user_fact,
+)
+
+EXIT_OK, EXIT_REFUSED, EXIT_UNUSABLE = 0, 1, 2
+TARGETS = ("aisimulate",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT")
+    parser.add_argument("--to", required=True, choices=TARGETS, help="the consumer")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="export folder; each artifact goes to DIR/<run_id>/")
+    parser.add_argument("--system", metavar="NAME",
+                        help="the consumer's system of the device (its systems/NAME.yaml), "
+                             "e.g. h200_sxm; recorded with source 'user'")
+    parser.add_argument("--target-revision", metavar="REV",
+                        help="the target checkpoint's 40-hex commit, where the artifact has "
+                             "none (dummy-weight presets); recorded with source 'user'")
+    parser.add_argument("--draft-revision", metavar="REV",
+                        help="the draft checkpoint's 40-hex commit, likewise")
+    parser.add_argument("--fact", action="append", default=[], metavar="NAME=VALUE",
+                        help="a fact the artifact leaves unresolved (legacy artifacts), one "
+                             f"of {', '.join(USER_FACT_NAMES)}; repeatable; recorded with "
+                             "source 'user'; it never overrides a resolved value")
+    parser.add_argument("--target-config", type=Path, metavar="PATH",
+                        help="the target's config.json (or its folder), when neither the "
+                             "artifact's model path nor a preset holds it")
+    parser.add_argument("--draft-config", type=Path, metavar="PATH",
+                        help="the draft's config.json (or its folder), likewise")
+    parser.add_argument("--allow-mixed-graph-modes", action="store_true",
+                        help="export a phase whose steps ran in different CUDA-graph modes, "
+                             "each row labelled with its mode (a label the consumer ignores)")
+    parser.add_argument("--acceptance-length", type=float, metavar="AL",
+                        help="export only the decode points requested at this synthetic "
+                             "acceptance length (the consumer has no AL axis: an AL sweep "
+                             "exports one AL at a time, to DIR/<run_id>-al<AL>/)")
+    parser.add_argument("--envelope-only", action="store_true",
+                        help="write the native envelopes and their provenance only, without "
+                             "the profile and the table (the only export of a CPU artifact)")
+
+
+def options_from(args, known_configs: Mapping[str, KnownConfig]) -> ExportOptions:
+    """ExportOptions from parsed arguments; UnusableInput names a bad value."""
+    facts: dict[str, object] = {}
+    for text in args.fact:
+        name, value = parse_user_fact(text)
+        if name in facts and facts[name] != value:
+            raise UnusableInput(f"--fact {name}: given twice ({facts[name]!r}, {value!r})")
+        facts[name] = value
+    for name in ("target_revision", "draft_revision"):
+        value = getattr(args, name)
+        if value is not None:
+            facts[name] = check_user_value(name, value)
+    assert set(facts) <= set(FACTS)
+    if args.system is not None and not re.fullmatch(SYSTEM_PATTERN, args.system):
+        raise UnusableInput(f"--system: {args.system!r} is not a system name (a consumer "
+                            "systems/<name>.yaml, lower case)")
+    return ExportOptions(system=args.system, user_facts=facts,
+                         target_config=args.target_config, draft_config=args.draft_config,
+                         allow_mixed_graph_modes=args.allow_mixed_graph_modes,
+                         acceptance_length=args.acceptance_length,
+                         envelope_only=args.envelope_only, known_configs=known_configs)
+
+
+def run(args, known_configs: Mapping[str, KnownConfig]) -> int:
+    try:
+        options = options_from(args, known_configs)
+    except UnusableInput as exc:
+        print(f"sdbench export: {exc}")
+        return EXIT_UNUSABLE
+    worst = EXIT_OK
+    for text in args.artifacts:
+        path = Path(text)
+        try:
+            done = export_artifact(path, Path(args.out), options)
+        except UnusableInput as exc:
+            print(f"UNUSABLE {path}: {exc}")
+            worst = max(worst, EXIT_UNUSABLE)
+            continue
+        except Refused as exc:
+            print(f"REFUSED {path}: {len(exc.reasons)} reason(s); nothing written")
+            for reason in exc.reasons:
+                print(f"  - {reason}")
+            worst = max(worst, EXIT_REFUSED)
+            continue
+        m = done.manifest
+        what = (f"table of {m['table']['rows']} rows for nextn={m['nextn']}" if m["table"]
+                else "envelopes only, no table")
+        print(f"EXPORTED {path} -> {done.root} ({what})")
+        if m["user_facts"]:
+            print(f"  facts given by the user: {', '.join(m['user_facts'])}")
+        for warning in m["warnings"]:
+            print(f"  warning: {warning}")
+    return worst

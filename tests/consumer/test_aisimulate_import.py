@@ -1,0 +1,630 @@
+"""`sdbench export --to aisimulate`, imported by the consumer's own code: AISimulate's
+validate_native_collection and select_native_measurements on the envelopes, its collector
+route (aggregate_cell, write_formal_database, validate_formal_database_commit), and its Rust
+loader on the exporter's speculative table at nextn=K, whose every predicted step time must
+equal the measured one. Also: the consumer refuses the counterparts of our refusals, and
+our exporter never writes an autoregressive identity for K > 0.
+
+Runs only in the consumer's environment (scripts/consumer-test.sh, tox -e consumer); the main
+suite never collects it (tests/conftest.py), because the consumer's wheel registers a
+top-level package named `collector`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.metadata
+import io
+import json
+import math
+import os
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("AIC_ALLOW_UNLISTED_VERSIONS", "1")  # vLLM 0.26.0 is an unlisted version
+
+import aisimulate_core
+import pyarrow.parquet as pq
+from aisimulate_core.fpm_profile import load_fpm_profile
+from aisimulate_core.sdk.fpm_identity import LEGACY_EXECUTION_IDENTITY
+from aisimulate_core.sdk.rust_engine_step import (
+    ForwardPassPerfModelConfig,
+    RustForwardPassPerfModel,
+)
+from collector.fpm_forward.capabilities import resolve_model_capability
+from collector.fpm_forward.config import FPMCollectionOptions
+from collector.fpm_forward.database import (
+    aggregate_cell,
+    validate_formal_database_commit,
+    write_formal_database,
+)
+from collector.fpm_forward.native_artifact import (
+    select_native_measurements,
+    validate_native_collection,
+)
+from collector.fpm_forward.planner import (
+    FPMCell,
+    FPMCollectionPlan,
+    _backend_policies,
+    _cell_id,
+)
+from collector.fpm_forward.topology import topology_strategy
+from collector.fpm_forward.types import ParallelTopology
+
+from pytest_sdbench.cli import main
+from pytest_sdbench.export import aisimulate as exporter
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU_ARTIFACT = ROOT / "tests" / "fixtures" / "cpu-agg-v4.json"
+PACKAGED_SYSTEMS = Path(aisimulate_core.__file__).parent / "systems"
+SYSTEM = "h200_sxm"
+# Presets run with dummy weights: they have no revision, so the user gives one.
+REVISIONS = ["--target-revision", "1" * 40, "--draft-revision", "2" * 40]
+# Schema v3 artifacts do not record the engine settings nor KV bytes per token. The committed
+# v3 H200 artifacts are oracle runs of the qwen3-0.6b preset: its oracle limits (presets.py),
+# vLLM's kv_cache_dtype 'auto', vLLM 0.26's gpu_memory_utilization default (0.92, as the v4
+# artifacts of the same host record it), and 2 (K, V) x 29 layers (28 target + 1 draft) x 8
+# KV heads x 128 x 2 bytes per token. Given as the user's facts, recorded as such.
+V3_QWEN3_FACTS = ["max_num_seqs=8", "max_num_batched_tokens=2048", "max_model_len=2048",
+                  "gpu_memory_utilization=0.92", "kv_cache_dtype=auto",
+                  "kv_bytes_per_token=118784"]
+
+
+def _header(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    return {"schema_version": data.get("schema_version"), "device": data.get("device")}
+
+
+def _h200(version: int) -> list[Path]:
+    return [p for p in sorted(ROOT.glob("docs/evidence/h200*/**/*.json"))
+            if _header(p) == {"schema_version": version, "device": "cuda"}]
+
+
+def _params(paths: list[Path], what: str) -> list:
+    if not paths:
+        return [pytest.param(None, marks=pytest.mark.skip(
+            reason=f"no {what} is committed under docs/evidence/h200*/ yet"))]
+    return [pytest.param(p, id=str(p.relative_to(ROOT / "docs" / "evidence"))) for p in paths]
+
+
+# --- running the exporter (the real CLI) ------------------------------------------------------
+
+def sdbench_export(paths: list[Path], out: Path, *extra: str) -> tuple[int, str]:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["export", *map(str, paths), "--to", "aisimulate", "--out", str(out),
+                     *extra])
+    return code, buffer.getvalue()
+
+
+def export_h200(path: Path, out: Path, acceptance_length: float | None = None
+                ) -> tuple[Path, dict, str]:
+    """Export as a user would: revisions (and, for v3, the engine facts) given. Refused first
+    where a phase mixes graph modes or an AL sweep collides (only for those reasons), then
+    exported labelled, one acceptance length at a time."""
+    identity = json.loads(path.read_text())["identity"]
+    extra = ["--system", SYSTEM]
+    for role, (option, revision) in {"target": REVISIONS[:2], "draft": REVISIONS[2:]}.items():
+        if identity[role]["revision"]["status"] != "resolved":   # a preset's dummy weights
+            extra += [option, revision]
+    if _header(path)["schema_version"] == 3:
+        extra += [arg for fact in V3_QWEN3_FACTS for arg in ("--fact", fact)]
+    code, text = sdbench_export([path], out, *extra)
+    if code == 1:
+        reasons = [line for line in text.splitlines() if line.startswith("  - ")]
+        mixed = any(".graph_mode: steps ran in" in line for line in reasons)
+        collided = any("land on one consumer coordinate" in line for line in reasons)
+        assert all(".graph_mode:" in line or "consumer coordinate" in line
+                   for line in reasons), text
+        assert collided == (acceptance_length is not None), text
+        if mixed:
+            extra.append("--allow-mixed-graph-modes")
+        if collided:
+            extra += ["--acceptance-length", f"{acceptance_length}"]
+        code, text = sdbench_export([path], out, *extra)
+    assert code == 0, text
+    name = json.loads(path.read_text())["run_id"]
+    if acceptance_length is not None:
+        name += f"-al{acceptance_length:g}"
+    root = out / name
+    return root, json.loads((root / exporter.MANIFEST_FILE).read_text()), text
+
+
+def acceptance_sweep(path: Path) -> list[float | None]:
+    """The requested acceptance lengths of an artifact whose decode points collide (an AL
+    sweep), each exported on its own; [None] when nothing collides."""
+    decode = json.loads(path.read_text())["grid"]["decode"]
+    coordinates = [(p["batch_size"], p["context_tokens"]) for p in decode]
+    if len(set(coordinates)) == len(coordinates):
+        return [None]
+    return sorted({p["acceptance_length"] for p in decode})
+
+
+# --- the consumer's plan of the exported cells ------------------------------------------------
+
+def build_plan(manifest: dict, execution: tuple[str, ...], profile: dict):
+    """The consumer's FPMCollectionPlan of the export: capability resolved by the consumer
+    from the shipped config.json, cells of the phases present, ids by planner._cell_id."""
+    facts = {name: fact["value"] for name, fact in manifest["facts"].items()}
+    precision = manifest["precision"]
+    capability = resolve_model_capability(
+        backend="vllm", model_path=manifest["model_path"], model_architecture=None,
+        selected_ops=set(), has_model_cases=True, system=manifest["system"],
+        requested_weight_quantizations=(precision["gemm_quant_mode"],),
+        requested_kv_cache_dtypes=(precision["kv_cache_dtype"],),
+        database_version=manifest["backend_version"], checkpoint_native_dtypes=True)
+    coordinates = {phase: [] for phase in manifest["cells"]}
+    for row in manifest["rows"]:
+        coordinates[row["phase"]].append({key: row[key] for key in (
+            "batch_size", "total_prefill_tokens", "total_kv_read_tokens")})
+    gpus = manifest["topology"]["tp"]
+    options = FPMCollectionOptions(
+        max_gpus=gpus, gpu_counts=(gpus,), parallel_presets=("tp",), parallel_axes=(),
+        moe_backend="auto", attention_backend="auto", enable_wideep="false",
+        enable_eplb="false", weight_quantizations=(precision["gemm_quant_mode"],),
+        kv_cache_dtypes=(precision["kv_cache_dtype"],),
+        vllm_max_model_len=facts["max_model_len"],
+        max_num_batched_tokens=facts["max_num_batched_tokens"],
+        max_num_seqs=facts["max_num_seqs"],
+        gpu_memory_utilization=facts["gpu_memory_utilization"], worker_type="aggregated",
+        benchmark_points_json=json.dumps(coordinates, sort_keys=True))
+    policy = _backend_policies(options, {}, backend="vllm")[0]
+    topology = ParallelTopology(**manifest["topology"])
+    dtype = capability.dtype
+    kv = precision["kv_cache_dtype"]
+    cells = tuple(FPMCell(
+        cell_id=_cell_id(backend="vllm", model_path=manifest["model_path"],
+                         system=manifest["system"], phase=phase, topology=topology,
+                         weight_quantization=dtype.gemm_quant_mode, kv_cache_dtype=kv,
+                         policy=policy, execution=execution),
+        workload_kind=phase, topology=topology, weight_quantization=dtype.gemm_quant_mode,
+        kv_cache_dtype=kv, backend_policy=policy, gemm_quant_mode=dtype.gemm_quant_mode,
+        moe_quant_mode=dtype.moe_quant_mode, fmha_quant_mode=dtype.fmha_by_kv_dtype[kv],
+        comm_quant_mode=dtype.comm_quant_mode,
+        parallel_strategy=topology_strategy(topology, is_moe=capability.is_moe),
+        fmha_resolution=dtype.fmha_resolution_by_kv_dtype[kv],
+        execution_identity=tuple(execution)) for phase in manifest["cells"])
+    plan = FPMCollectionPlan(
+        backend="vllm", model_path=manifest["model_path"], system=manifest["system"],
+        aic_revision="pytest-sdbench consumer test", generator_config_sha256="",
+        options=options, capability=capability, dtype_profile=dtype, topologies=(topology,),
+        topology_memory_admission=(), backend_policies=(policy,), cells=cells,
+        sha256=manifest["plan_sha256"],
+        _fpm_profile_json=json.dumps(profile, sort_keys=True, separators=(",", ":")),
+        runtime_backend_version=manifest["backend_version"],
+        backend_version=manifest["backend_version"])
+    return plan, capability
+
+
+def rust_model(manifest: dict, profile: dict, *, nextn: int, systems: Path):
+    config = ForwardPassPerfModelConfig(
+        model=manifest["model_path"], system=manifest["system"], backend="vllm",
+        worker_type="aggregated", backend_version=manifest["backend_version"],
+        fpm_profile=profile, tp=manifest["topology"]["tp"], pp=1, attention_dp=1, nextn=nextn,
+        estimation_mode="fpm_interpolation", database_mode="SILICON", fallback_policy="deny",
+        estimator_config={"fpm_interpolation": {"method": "direct"}},
+        systems_paths=(str(systems),))
+    return RustForwardPassPerfModel.best_available(config)
+
+
+def with_system_yaml(systems: Path, system: str) -> Path:
+    """A consumer systems path: the export's data/ beside the consumer's own system YAML."""
+    shutil.copy(PACKAGED_SYSTEMS / f"{system}.yaml", systems / f"{system}.yaml")
+    return systems
+
+
+def predict(model, row: dict) -> float:
+    if row["workload_kind"] == "prefill":
+        return model.predict_prefill_latency_total(
+            row["batch_size"], row["total_prefill_tokens"], row["total_kv_read_tokens"])
+    return model.predict_decode_latency_total(row["batch_size"], row["total_kv_read_tokens"])
+
+
+def refused(function) -> str:
+    """The consumer's own refusal message; fails the test when it accepts."""
+    try:
+        function()
+    except Exception as error:  # noqa: BLE001 - any refusal of the consumer counts
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:240]}"
+    pytest.fail("the consumer accepted it")
+
+
+def validate_cells(plan, manifest: dict, root: Path) -> dict:
+    collections = {}
+    for cell in plan.cells:
+        raw = root / "campaign" / "cells" / cell.cell_id / "raw"
+        collection = validate_native_collection(cell, raw, expected_plan_sha256=plan.sha256,
+                                                expected_attempt_id=manifest["attempt_id"])
+        kept = select_native_measurements(collection, cell_id=cell.cell_id)
+        points = [r for r in manifest["rows"] if r["phase"] == cell.workload_kind]
+        assert len(kept) == len(collection.points) == len(points)
+        assert sorted(p.rank_wall_times[0][1] for p in kept) == sorted(
+            r["seconds"] for r in points)
+        collections[cell.cell_id] = collection
+    return collections
+
+
+def measured_by_row(artifact_path: Path) -> dict:
+    """(phase, point, repeat) -> the step time as the artifact file holds it, and each
+    point's repeats (read from the JSON itself, not through the exporter's reader)."""
+    data = json.loads(artifact_path.read_text())
+    times, repeats = {}, {}
+    for phase in ("prefill", "decode"):
+        for obs in data[phase]:
+            seconds = obs["timing"]["seconds"]
+            times[(phase, obs["point_index"], obs.get("repeat", 0))] = seconds
+            repeats.setdefault((phase, obs["point_index"]), []).append(seconds)
+    return {"times": times, "repeats": repeats, "k": data["speculative"]["draft_depth"]}
+
+
+# --- the tests -----------------------------------------------------------------------------
+
+def test_consumer_is_the_version_the_exporter_maps():
+    assert importlib.metadata.version(exporter.CONSUMER) == exporter.CONSUMER_VERSION
+
+
+def test_cpu_artifact_is_refused_and_its_envelopes_import(tmp_path):
+    code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--system", SYSTEM, *REVISIONS)
+    assert code == 1, text
+    assert "device: 'cpu' (timing source host_perf_counter" in text
+    assert not any(tmp_path.iterdir()), "a refused export leaves nothing behind"
+    code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--envelope-only")
+    assert code == 0, text
+    run_id = json.loads(CPU_ARTIFACT.read_text())["run_id"]
+    manifest = json.loads((tmp_path / run_id / exporter.MANIFEST_FILE).read_text())
+    assert manifest["mode"] == "envelope_only"
+    assert manifest["table"] is None
+    for phase, cell in manifest["cells"].items():
+        collection = validate_native_collection(
+            envelope_cell(cell, phase), tmp_path / run_id / "campaign" / "cells" / cell / "raw",
+            expected_plan_sha256=manifest["plan_sha256"],
+            expected_attempt_id=manifest["attempt_id"])
+        kept = select_native_measurements(collection, cell_id=cell)
+        print(f"CPU envelope {phase}: validate_native_collection + select_native_measurements "
+              f"kept {len(kept)} points")
+        assert len(kept) == sum(r["phase"] == phase for r in manifest["rows"]) > 0
+    # The truthful labels of a CPU step are ones the consumer's profile refuses.
+    for scope in ("worker_model_step", "host_perf_counter"):
+        profile = minimal_profile()
+        profile["deployments"][0]["execution_profile"]["timing_scope"] = scope
+        message = refused(lambda p=profile: load_fpm_profile(p))
+        print(f"consumer refuses timing_scope={scope!r}: {message}")
+
+
+def envelope_cell(cell_id: str, phase: str) -> FPMCell:
+    """A consumer cell that names an envelope-only export's cell. No consumer identity
+    exists for it (a CPU step has no timing scope the consumer knows): the identity here is
+    neither the autoregressive one nor a round, and validate_native_collection reads only
+    that it is not config-bound."""
+    topology = ParallelTopology(tp=1, pp=1, dp=1, moe_tp=1, moe_ep=1, cp=1)
+    policy = _backend_policies(FPMCollectionOptions(
+        max_gpus=1, gpu_counts=(1,), parallel_presets=("tp",), parallel_axes=(),
+        moe_backend="auto", attention_backend="auto", enable_wideep="false",
+        enable_eplb="false", weight_quantizations=("bfloat16",), kv_cache_dtypes=("bfloat16",),
+        vllm_max_model_len=4096, max_num_batched_tokens=4096, max_num_seqs=16,
+        gpu_memory_utilization=0.9, worker_type="aggregated"), {}, backend="vllm")[0]
+    return FPMCell(cell_id=cell_id, workload_kind=phase, topology=topology,
+                   weight_quantization="bfloat16", kv_cache_dtype="bfloat16",
+                   backend_policy=policy, gemm_quant_mode="bfloat16",
+                   parallel_strategy="single",
+                   execution_identity=("", "sdbench_envelope_only", "none", "text"))
+
+
+def minimal_profile() -> dict:
+    spec = exporter.execution_profile(3, "/draft", "2" * 40)
+    return {"schema_version": 1, "model": "/target", "model_revision": "1" * 40,
+            "architecture": "Qwen3ForCausalLM", "context_length": 2048, "num_experts": 0,
+            "provenance": "test", "deployments": [{
+                "system": SYSTEM, "backend": "vllm", "backend_version": "0.26.0",
+                "tp": 1, "dp": 1, "moe_tp": 1, "moe_ep": 1, "gemm_quant_mode": "bfloat16",
+                "moe_quant_mode": "bfloat16", "fmha_quant_mode": "bfloat16",
+                "comm_quant_mode": "half", "kv_cache_dtype": "bfloat16",
+                "worker_type": "aggregated", "execution_profile": spec,
+                "resources": {"runtime_memory": {"kv_cache_bytes": 1 << 30,
+                                                 "gpu_memory_utilization": 0.9,
+                                                 "max_model_len": 2048, "provenance": "test"},
+                              "kv_bytes_per_token": 118784, "cache_layout": "linear",
+                              "max_num_tokens": 2048, "max_batch_size": 8,
+                              "provenance": "test"}}]}
+
+
+def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]:
+    """Every consumer step on one export; returns the predicted-vs-measured rows."""
+    k = manifest["nextn"]
+    profile = json.loads((root / exporter.PROFILE_FILE).read_text())
+    model_profile = load_fpm_profile(profile)
+    execution = model_profile.deployments[0].execution_identity(model_profile.model_revision)
+    # Our selector is the consumer's Rust-normalized one, our cells its planner's.
+    assert list(execution) == manifest["execution_identity"]
+    exporter.assert_speculative(execution, k)
+    plan, capability = build_plan(manifest, execution, profile)
+    assert {c.workload_kind: c.cell_id for c in plan.cells} == manifest["cells"]
+    dtype = capability.dtype
+    kv = manifest["precision"]["kv_cache_dtype"]
+    assert manifest["precision"] == {
+        "gemm_quant_mode": dtype.gemm_quant_mode, "moe_quant_mode": dtype.moe_quant_mode,
+        "fmha_quant_mode": dtype.fmha_by_kv_dtype[kv], "comm_quant_mode": dtype.comm_quant_mode,
+        "kv_cache_dtype": kv}
+    assert manifest["fmha_resolution"] == dtype.fmha_resolution_by_kv_dtype[kv]
+    assert manifest["parallel_strategy"] == plan.cells[0].parallel_strategy
+    validate_cells(plan, manifest, root)
+
+    # The consumer's collector route takes the envelopes as far as its own code goes: its
+    # table carries the autoregressive policy, which its loader refuses for a round.
+    attempts = {c.cell_id: manifest["attempt_id"] for c in plan.cells}
+    collector_root = root.parent / f"{root.name}-collector-route"
+    rows = [row for cell in plan.cells for row in aggregate_cell(
+        plan, cell, root / "campaign" / "cells" / cell.cell_id,
+        expected_attempt_id=manifest["attempt_id"])]
+    parquet, metadata, skipped = write_formal_database(plan, rows,
+                                                       systems_root=collector_root / "data")
+    committed = validate_formal_database_commit(parquet, metadata, plan,
+                                                expected_attempt_ids=attempts)
+    assert not skipped
+    assert committed["row_count"] == len(rows) == len(manifest["rows"])
+    assert {json.loads(metadata.read_text())["measurement_policy"]} == {
+        "dynamo_native_single_sample_v1"}
+    message = refused(lambda: rust_model(manifest, profile, nextn=k,
+                                         systems=with_system_yaml(collector_root, SYSTEM)))
+    assert "speculative-round identity requires the native CUDA measurement policy" in message
+    print(f"  collector route: aggregate_cell {len(rows)} rows -> write_formal_database -> "
+          f"validate_formal_database_commit ok; its Rust loader refuses it: {message}")
+
+    # The exporter's speculative table: committed, loaded at nextn=K, exact.
+    table = manifest["table"]
+    parquet, metadata = root / table["parquet"], root / table["metadata"]
+    committed = validate_formal_database_commit(parquet, metadata, plan,
+                                                expected_attempt_ids=attempts)
+    assert committed["row_count"] == table["rows"] == len(manifest["rows"])
+    model = rust_model(manifest, profile, nextn=k,
+                       systems=with_system_yaml(root / table["systems_root"], SYSTEM))
+    assert model.diagnostics()["provenance"]["selected_estimation_mode"] == "fpm_interpolation"
+    measured = measured_by_row(artifact_path)
+    assert measured["k"] == k
+    table_rows = pq.read_table(parquet).to_pylist()
+    compared = []
+    for row in sorted(table_rows, key=lambda r: (r["workload_kind"] != "prefill",
+                                                 r["sdbench_point_index"])):
+        assert row["execution_profile"] == execution[1]
+        assert row["measurement_policy"] == exporter.TABLE_POLICY
+        phase, point = row["workload_kind"], row["sdbench_point_index"]
+        seconds = measured["times"][(phase, point, row["sdbench_repeat"])]
+        repeats = measured["repeats"][(phase, point)]
+        # The row is one observation: for an odd count of repeats, the median one.
+        if len(repeats) % 2:
+            assert seconds == statistics.median(repeats)
+        else:
+            assert seconds == statistics.median_low(repeats)
+        ours = seconds * 1000.0
+        predicted = predict(model, row)
+        compared.append((phase, point, row["batch_size"], row["total_prefill_tokens"],
+                         row["total_kv_read_tokens"], row["sdbench_graph_mode"],
+                         len(repeats), ours, predicted))
+    print_table(root.name, k, compared)
+    unequal = [c for c in compared if c[-1] != c[-2]]
+    assert not unequal, f"{len(unequal)} predicted step times differ from the measured ones"
+    return compared
+
+
+def print_table(run_id: str, k: int, compared: list[tuple]) -> None:
+    print(f"\n  run {run_id}, Rust loader at nextn={k}: predicted vs measured step time (ms)")
+    print(f"  {'phase':7} {'pt':>3} {'B':>3} {'new':>6} {'kv':>7} {'graph':9} {'N':>2} "
+          f"{'measured (artifact)':>22} {'predicted (loader)':>22}  equal")
+    for phase, point, b, new, kv, graph, n, ours, predicted in compared:
+        print(f"  {phase:7} {point:>3} {b:>3} {new:>6} {kv:>7} {graph:9} {n:>2} "
+              f"{ours:>22.15f} {predicted:>22.15f}  {ours == predicted}")
+
+
+def _agg(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if json.loads(p.read_text())["mode"] == "agg"]
+
+
+def _one_phase(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if json.loads(p.read_text())["mode"] != "agg"]
+
+
+@pytest.mark.parametrize("artifact_path", _params(_agg(_h200(3)), "schema v3 H200 agg artifact"))
+def test_v3_h200_artifact_with_user_facts_imports_exactly(artifact_path, tmp_path):
+    root, manifest, text = export_h200(artifact_path, tmp_path)
+    print(text)
+    assert set(manifest["user_facts"]) >= {"target_revision", "draft_revision",
+                                           "max_num_seqs", "kv_bytes_per_token", "system"}
+    assert all(manifest["facts"][n]["source"] == "user" for n in manifest["user_facts"])
+    check_import(root, manifest, artifact_path)
+
+
+@pytest.mark.parametrize("artifact_path", _params(_one_phase(_h200(3) + _h200(4)),
+                                                  "one-phase H200 artifact"))
+def test_one_phase_h200_artifact_is_refused_and_its_envelopes_import(artifact_path, tmp_path):
+    """The consumer's loader needs both phases (see the table counterpart below): a prefill-
+    or decode-only artifact is refused as a table, and its envelopes still validate."""
+    code, text = sdbench_export([artifact_path], tmp_path, "--system", SYSTEM, *REVISIONS)
+    assert code == 1, text
+    assert "mode: " in text
+    code, text = sdbench_export([artifact_path], tmp_path, "--envelope-only",
+                                "--allow-mixed-graph-modes")
+    assert code == 0, text
+    run_id = json.loads(artifact_path.read_text())["run_id"]
+    manifest = json.loads((tmp_path / run_id / exporter.MANIFEST_FILE).read_text())
+    for phase, cell in manifest["cells"].items():
+        collection = validate_native_collection(
+            envelope_cell(cell, phase), tmp_path / run_id / "campaign" / "cells" / cell / "raw",
+            expected_plan_sha256=manifest["plan_sha256"],
+            expected_attempt_id=manifest["attempt_id"])
+        kept = select_native_measurements(collection, cell_id=cell)
+        assert len(kept) == sum(r["phase"] == phase for r in manifest["rows"]) > 0
+
+
+def _with_sweep(paths: list[Path]) -> list:
+    params = [pytest.param(p, al, id=f"{p.relative_to(ROOT / 'docs' / 'evidence')}"
+                           f"{'' if al is None else f'-al{al:g}'}")
+              for p in paths for al in acceptance_sweep(p)]
+    return params or [pytest.param(None, None, marks=pytest.mark.skip(
+        reason="no schema v4 H200 agg artifact is committed under docs/evidence/h200*/ yet"))]
+
+
+@pytest.mark.parametrize("artifact_path, acceptance_length", _with_sweep(_agg(_h200(4))))
+def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, tmp_path):
+    root, manifest, text = export_h200(artifact_path, tmp_path, acceptance_length)
+    print(text)
+    if acceptance_length is not None:
+        assert manifest["selection"]["acceptance_length"] == acceptance_length
+        assert manifest["selection"]["left_out"], "a sweep leaves the other ALs out"
+        rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
+        assert {r["sdbench_requested_acceptance_length"] for r in rows
+                if r["workload_kind"] == "decode"} == {acceptance_length}
+    # v4 records the engine's settings and KV bytes per token itself.
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                 "gpu_memory_utilization", "kv_cache_dtype", "kv_bytes_per_token"):
+        assert manifest["facts"][name]["source"].startswith("artifact "), name
+    check_import(root, manifest, artifact_path)
+
+
+def _first_h200() -> tuple[Path, float | None]:
+    path = (_agg(_h200(4)) or _agg(_h200(3)))[0]
+    sweep = acceptance_sweep(path)
+    return path, sweep[len(sweep) // 2]
+
+
+@pytest.fixture
+def exported(tmp_path):
+    path, acceptance_length = _first_h200()
+    root, manifest, _ = export_h200(path, tmp_path, acceptance_length)
+    profile = json.loads((root / exporter.PROFILE_FILE).read_text())
+    systems = with_system_yaml(root / manifest["table"]["systems_root"], SYSTEM)
+    return root, manifest, profile, systems
+
+
+def test_consumer_refuses_a_draft_depth_it_was_not_measured_at(exported):
+    _root, manifest, profile, systems = exported
+    k = manifest["nextn"]
+    for n in sorted({0, max(1, k - 1), min(5, k + 1)} - {k}):
+        message = refused(lambda n=n: rust_model(manifest, profile, nextn=n, systems=systems))
+        assert "nextn must match num_draft_tokens" in message
+        print(f"nextn={n} against a K={k} table: {message}")
+    for bad in (0, 6):
+        wrong = copy.deepcopy(profile)
+        wrong["deployments"][0]["execution_profile"]["num_draft_tokens"] = bad
+        print(f"num_draft_tokens={bad}: {refused(lambda p=wrong: load_fpm_profile(p))}")
+
+
+def test_consumer_refuses_unpinned_revisions(exported):
+    _, _, profile, _ = exported
+    for revision in ("main", "unresolved"):
+        wrong = copy.deepcopy(profile)
+        wrong["deployments"][0]["execution_profile"]["draft_revision"] = revision
+        print(f"draft_revision={revision!r}: {refused(lambda p=wrong: load_fpm_profile(p))}")
+    wrong = copy.deepcopy(profile)
+    wrong["model_revision"] = "main"
+    print(f"model_revision='main': {refused(lambda: load_fpm_profile(wrong))}")
+    wrong["model_revision"] = "v1.0"   # pydantic takes it; the Rust selector does not
+    message = refused(lambda: load_fpm_profile(wrong).deployments[0].execution_identity(
+        wrong["model_revision"]))
+    assert "40-hex" in message
+
+
+def test_consumer_refuses_colliding_coordinates(exported):
+    """Our collision refusal's counterparts: two decode points that differ only by
+    acceptance length are refused by select_native_measurements and by the loader."""
+    root, manifest, profile, systems = exported
+    execution = tuple(manifest["execution_identity"])
+    plan, _ = build_plan(manifest, execution, profile)
+    decode = next(c for c in plan.cells if c.workload_kind == "decode")
+    raw = root.parent / "collision" / "raw"
+    shutil.copytree(root / "campaign" / "cells" / decode.cell_id / "raw", raw)
+    envelope_path = next(raw.glob(f"*/{exporter.ENVELOPE_FILE}"))
+    envelope = json.loads(envelope_path.read_text())
+    clone = copy.deepcopy(envelope["results"][0])
+    new_id = len(envelope["results"]) + 1
+    clone["point"].update(benchmark_id=new_id, sdbench_requested_acceptance_length=1.0)
+    clone["fpms"][0]["counter_id"] = new_id
+    group = copy.deepcopy(envelope["iteration_groups"][0])
+    group.update(benchmark_id=new_id, point=clone["point"])
+    group["rank_results"][0]["fpms"] = clone["fpms"]
+    envelope["results"].append(clone)
+    envelope["iteration_groups"].append(group)
+    envelope["coverage"].update(expected_points=new_id, completed_points=new_id)
+    envelope["timing"]["measured_iteration_seconds"] = math.fsum(
+        g["wall_time"] for g in envelope["iteration_groups"])
+    envelope_path.write_text(json.dumps(envelope))
+    collection = validate_native_collection(decode, raw, expected_plan_sha256=plan.sha256,
+                                            expected_attempt_id=manifest["attempt_id"])
+    message = refused(lambda: select_native_measurements(collection, cell_id=decode.cell_id))
+    assert "conflicting FPM measurements" in message
+    print(f"select_native_measurements: {message}")
+    rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
+    twin = dict(next(r for r in rows if r["workload_kind"] == "decode"), latency_ms=1.0)
+    rewrite_table(root, manifest, [*rows, twin])
+    message = refused(lambda: rust_model(manifest, profile, nextn=manifest["nextn"],
+                                         systems=systems))
+    assert "duplicate physical row key" in message
+    print(f"Rust loader: {message[:160]}")
+
+
+def rewrite_table(root: Path, manifest: dict, rows: list[dict]) -> None:
+    """Replace the export's rows and reseal its commit record (a consumer-side edit)."""
+    import pyarrow as pa
+    table = root / manifest["table"]["parquet"]
+    pq.write_table(pa.Table.from_pylist(rows), table, compression="zstd")
+    metadata = root / manifest["table"]["metadata"]
+    meta = json.loads(metadata.read_text())
+    meta.update(row_count=len(rows),
+                parquet_sha256=exporter.hashlib.sha256(table.read_bytes()).hexdigest())
+    metadata.write_text(json.dumps(meta))
+
+
+def test_consumer_refuses_a_table_of_one_phase(exported):
+    """The counterpart of our refusal of one-phase artifacts: the loader needs both."""
+    root, manifest, profile, systems = exported
+    rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
+    rewrite_table(root, manifest, [r for r in rows if r["workload_kind"] == "decode"])
+    message = refused(lambda: rust_model(manifest, profile, nextn=manifest["nextn"],
+                                         systems=systems))
+    assert "no genuine measurements" in message
+    print(f"decode rows only: {message[:200]}")
+
+
+def test_exporter_never_writes_an_autoregressive_identity(exported, tmp_path):
+    """The consumer's trap: the same envelopes under its autoregressive (legacy) identity are
+    imported without complaint and load at nextn=0, returning EAGLE3 rounds as plain steps.
+    Our export carries the round in every row and the profile, and refuses to write the
+    legacy identity at all."""
+    root, manifest, profile, systems = exported
+    k = manifest["nextn"]
+    assert profile["deployments"][0]["execution_profile"]["num_draft_tokens"] == k
+    rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
+    assert all(r["execution_profile"].startswith(exporter.SELECTOR_PREFIX) for r in rows)
+    assert all(r["execution_profile"] != LEGACY_EXECUTION_IDENTITY[1] for r in rows)
+    with pytest.raises(AssertionError, match="must carry its speculative round"):
+        exporter.assert_speculative(LEGACY_EXECUTION_IDENTITY, k)
+    ar = copy.deepcopy(profile)
+    del ar["deployments"][0]["execution_profile"]
+    message = refused(lambda: rust_model(manifest, ar, nextn=k, systems=systems))
+    print(f"an autoregressive profile at nextn={k}: {message}")
+    refused(lambda: rust_model(manifest, ar, nextn=0, systems=systems))
+    # The trap itself, on the consumer's side: legacy identity cells over our envelopes.
+    legacy_manifest = dict(manifest, cells={})
+    plan, _ = build_plan(manifest, LEGACY_EXECUTION_IDENTITY, ar)
+    legacy_root = tmp_path / "legacy-route"
+    for cell in plan.cells:
+        ours = manifest["cells"][cell.workload_kind]
+        raw = legacy_root / "campaign" / "cells" / cell.cell_id / "raw"
+        shutil.copytree(root / "campaign" / "cells" / ours / "raw", raw)
+        provenance = next(raw.glob(f"*/{exporter.PROVENANCE_FILE}"))
+        provenance.write_text(json.dumps(dict(json.loads(provenance.read_text()),
+                                              cell_id=cell.cell_id)))
+        legacy_manifest["cells"][cell.workload_kind] = cell.cell_id
+    legacy_rows = [row for cell in plan.cells for row in aggregate_cell(
+        plan, cell, legacy_root / "campaign" / "cells" / cell.cell_id,
+        expected_attempt_id=manifest["attempt_id"])]
+    write_formal_database(plan, legacy_rows, systems_root=legacy_root / "systems" / "data")
+    model = rust_model(manifest, ar, nextn=0,
+                       systems=with_system_yaml(legacy_root / "systems", SYSTEM))
+    silent = all(predict(model, row) == row["latency_ms"] for row in legacy_rows)
+    print(f"legacy identity (execution_profile {LEGACY_EXECUTION_IDENTITY[1]!r}) over K={k} "
+          f"envelopes loads at nextn=0 and returns the rounds as plain steps: {silent}")
+    assert silent, "the consumer's silent autoregressive path changed; revisit the exporter"

@@ -1,0 +1,514 @@
+"""`sdbench export --to aisimulate` without the consumer: every refusal names its field and
+value and leaves nothing behind; the envelopes, profile and rows map the artifact exactly.
+Real artifacts (the CPU fixture, the committed H200 ones), mutated and resealed where a case
+needs one. The consumer's own code checks the same exports in tests/consumer (an environment
+of its own); the parquet writer is replaced here by a JSON one (this suite has no pyarrow)."""
+
+import copy
+import hashlib
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.cli import main
+from pytest_sdbench.export import aisimulate
+from pytest_sdbench.wire import typed
+from pytest_sdbench.wire.model import summarize
+
+from .conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = FIXTURES / "cpu-agg-v4.json"
+H200_EAGER = ROOT / "docs/evidence/h200/artifacts-eager/sdbench-agg-d7f9e6f72f75.json"
+H200_GRAPH = ROOT / "docs/evidence/h200/artifacts-graph/sdbench-agg-150af679fb5a.json"
+H200_DECODE = ROOT / "docs/evidence/h200/artifacts-eager/sdbench-decode-8df99a8a7f48.json"
+REV_T, REV_D = "1" * 40, "2" * 40
+REVISIONS = ["--target-revision", REV_T, "--draft-revision", REV_D]
+# The v3 H200 oracle runs of the qwen3-0.6b preset (see tests/consumer for where each
+# value comes from); a v3 artifact does not record them, so the user gives them.
+V3_FACTS = [arg for fact in ("max_num_seqs=8", "max_num_batched_tokens=2048",
+                             "max_model_len=2048", "gpu_memory_utilization=0.92",
+                             "kv_cache_dtype=auto", "kv_bytes_per_token=118784")
+            for arg in ("--fact", fact)]
+
+
+def export(capsys, paths, out, *extra) -> tuple[int, str]:
+    code = main(["export", *map(str, paths), "--to", "aisimulate", "--out", str(out), *extra])
+    return code, capsys.readouterr().out
+
+
+def written(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir()) if out.exists() else []
+
+
+def reseal(data: dict, tmp_path: Path, name: str = "mutated.json") -> Path:
+    """The artifact with its integrity digests and measured total recomputed (a valid
+    artifact of the case)."""
+    data["measured_seconds"] = math.fsum(o["timing"]["seconds"]
+                                         for phase in ("prefill", "decode") for o in data[phase])
+    for part in ("grid", "identity", "kv_capacity"):
+        data["integrity"][f"{part}_digest"] = typed.digest(data[part])
+    report = validate_data(copy.deepcopy(data))
+    assert report.ok, report.errors
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def json_table(monkeypatch):
+    """Table mode without pyarrow: the rows are written as JSON instead of parquet."""
+    def write_rows(rows, dest, metadata):
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "rows.json").write_text(json.dumps(rows))
+        return metadata
+    monkeypatch.setattr(aisimulate, "write_table", write_rows)
+    monkeypatch.setattr(aisimulate, "pyarrow_missing", lambda: False)
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+def test_cpu_artifact_is_refused_naming_its_timing(capsys, tmp_path):
+    code, out = export(capsys, [CPU], tmp_path / "out", "--system", "h200_sxm", *REVISIONS)
+    assert code == 1
+    assert "device: 'cpu' (timing source host_perf_counter, scope worker_model_step)" in out
+    assert "'model_step_cuda'" in out
+    assert "--envelope-only" in out
+    assert written(tmp_path / "out") == []
+
+
+def test_refusals_name_every_unresolved_fact(capsys, tmp_path):
+    code, out = export(capsys, [H200_EAGER], tmp_path)
+    assert code == 1
+    for field in ("identity.target.revision: unresolved (local checkpoint without a revision",
+                  "identity.draft.revision: unresolved",
+                  "identity.settings.max_num_seqs: unresolved (not recorded before "
+                  "schema_version 4); the consumer needs it: pass --fact max_num_seqs=N",
+                  "identity.settings.kv_cache_dtype: unresolved",
+                  "kv_capacity.bytes_per_token: unresolved",
+                  "system: the artifact's device 'NVIDIA H200' names no consumer system"):
+        assert field in out, field
+    assert "9 reason(s)" in out
+    assert written(tmp_path) == []
+
+
+def test_user_fact_never_overrides_a_resolved_one(capsys, tmp_path):
+    code, out = export(capsys, [CPU], tmp_path, "--envelope-only", "--fact", "max_num_seqs=8")
+    assert code == 1
+    assert ("identity.settings.max_num_seqs: the artifact holds 16 (source "
+            "vllm_config.scheduler_config.max_num_seqs); the user's max_num_seqs=8 "
+            "contradicts it") in out
+
+
+def test_status_other_than_complete_is_refused(capsys, tmp_path, cpu_artifact_data):
+    data = cpu_artifact_data
+    data["decode"] = [o for o in data["decode"] if o["point_index"] != 3]
+    data["summaries"] = [s for s in data["summaries"]
+                         if (s["phase"], s["point_index"]) != ("decode", 3)]
+    data["coverage"].update(completed=11, skipped=1, skipped_points=[
+        {"phase": "decode", "point_index": 3, "reason": "timing never arrived"}])
+    data["status"] = "partial"
+    code, out = export(capsys, [reseal(data, tmp_path)], tmp_path / "out", "--envelope-only")
+    assert code == 1
+    assert ("status: 'partial' (coverage 11/12, skipped decode[3]: timing never arrived)"
+            in out)
+
+
+def test_draft_depth_outside_the_window_is_refused(capsys, tmp_path, cpu_artifact_data):
+    data = cpu_artifact_data
+    data["speculative"]["draft_depth"] = 6
+    data["identity"]["draft_depth"]["value"] = 6
+    for point in data["grid"]["decode"]:
+        point["draft_depth"] = 6
+    for obs in data["decode"]:
+        obs["point"]["draft_depth"] = 6
+        for request in obs["snapshot"]["requests"]:
+            request["draft_tokens"] = 6
+        obs["snapshot"]["total_scheduled_tokens"] = 7 * len(obs["snapshot"]["requests"])
+    code, out = export(capsys, [reseal(data, tmp_path)], tmp_path / "out", "--envelope-only")
+    assert code == 1
+    assert "speculative.draft_depth: K=6 lies outside the consumer's window 1-5" in out
+
+
+def test_autoregressive_artifact_is_refused(capsys, tmp_path):
+    code, out = export(capsys, [FIXTURES / "legacy-v1-autoregressive.json"], tmp_path,
+                       "--envelope-only")
+    assert code == 1
+    assert "speculative.method: 'none'" in out
+    assert "never writes an autoregressive" in out
+
+
+def _al_sweep(tmp_path) -> Path:
+    """The H200 eager agg artifact with a second decode point at decode[0]'s coordinate,
+    requested at another acceptance length (as a production AL sweep has them)."""
+    data = json.loads(H200_EAGER.read_text())
+    twin = copy.deepcopy(data["decode"][0])
+    data["grid"]["decode"].append(dict(twin["point"], acceptance_length=1.0))
+    twin["point"]["acceptance_length"] = 1.0
+    twin["point_index"] = len(data["grid"]["decode"]) - 1
+    twin["native_iteration_id"] = twin["snapshot"]["native_iteration_id"] = \
+        twin["timing"]["native_iteration_id"] = 10_000
+    twin["timing"]["seconds"] *= 0.8
+    data["decode"].append(twin)
+    data["coverage"].update(expected=data["coverage"]["expected"] + 1,
+                            completed=data["coverage"]["completed"] + 1)
+    return reseal(data, tmp_path, "sweep.json")
+
+
+def test_colliding_points_are_refused_naming_both(capsys, tmp_path):
+    sweep = _al_sweep(tmp_path)
+    code, out = export(capsys, [sweep], tmp_path / "out", "--envelope-only")
+    assert code == 1
+    assert ("decode[0] (B=1 ctx=256 K=3 AL=2.78) and decode[4] (B=1 ctx=256 K=3 AL=1) land "
+            "on one consumer coordinate (batch 1, new 0, KV 256)") in out
+    code, out = export(capsys, [sweep], tmp_path / "out", "--envelope-only",
+                       "--acceptance-length", "2.78")
+    assert code == 0, out
+    run_id = json.loads(sweep.read_text())["run_id"]
+    manifest = json.loads((tmp_path / "out" / f"{run_id}-al2.78" / "import-manifest.json")
+                          .read_text())
+    assert manifest["selection"]["acceptance_length"] == 2.78
+    assert manifest["selection"]["left_out"] == ["decode[4] (B=1 ctx=256 K=3 AL=1)"]
+    assert [r["point_index"] for r in manifest["rows"] if r["phase"] == "decode"] == [0, 1, 2, 3]
+    code, out = export(capsys, [sweep], tmp_path / "out", "--envelope-only",
+                       "--acceptance-length", "3")
+    assert code == 1
+    assert "--acceptance-length 3: no decode point was requested at it" in out
+
+
+def test_mixed_graph_modes_are_refused_unless_labelled(capsys, tmp_path):
+    code, out = export(capsys, [H200_GRAPH], tmp_path, "--envelope-only")
+    assert code == 1
+    assert ("decode.graph_mode: steps ran in 2 modes (eager at points [3]; full at points "
+            "[0, 1, 2])") in out
+    code, out = export(capsys, [H200_GRAPH], tmp_path, "--envelope-only",
+                       "--allow-mixed-graph-modes")
+    assert code == 0, out
+    root = tmp_path / json.loads(H200_GRAPH.read_text())["run_id"]
+    manifest = json.loads((root / "import-manifest.json").read_text())
+    envelope = json.loads(next((root / "campaign/cells" / manifest["cells"]["decode"])
+                               .glob("raw/*/benchmark.json")).read_text())
+    labels = [(r["point"]["sdbench_graph_mode"], r["point"]["expected_cudagraph_mode"])
+              for r in envelope["results"]]
+    assert labels == [("full", "FULL")] * 3 + [("eager", "NONE")]
+    assert envelope["execution_mode"] == "mixed:eager,full"
+    assert any("graph modes ['eager', 'full'] in one consumer cell" in w
+               for w in manifest["warnings"])
+
+
+def test_synthetic_prefix_is_refused(capsys, tmp_path, cpu_artifact_data):
+    data = cpu_artifact_data
+    obs = next(o for o in data["prefill"] if o["point"]["cached_prefix_tokens"] > 0)
+    obs.update(kv_seed_regime="synthetic_prefix", cache_hit_tokens=[])
+    code, out = export(capsys, [reseal(data, tmp_path)], tmp_path / "out", "--envelope-only")
+    assert code == 1
+    assert f"prefill[{obs['point_index']}].kv_seed_regime: 'synthetic_prefix'" in out
+
+
+def test_one_phase_artifact_is_refused_as_a_table(capsys, tmp_path):
+    code, out = export(capsys, [H200_DECODE], tmp_path, "--system", "h200_sxm", *REVISIONS,
+                       *V3_FACTS)
+    assert code == 1
+    assert "mode: 'decode'; the consumer's loader needs prefill and decode" in out
+    code, out = export(capsys, [H200_DECODE], tmp_path, "--envelope-only")
+    assert code == 0, out
+
+
+def test_unusable_inputs_exit_2(capsys, tmp_path):
+    (tmp_path / "text.json").write_text("not json")
+    assert export(capsys, [tmp_path / "text.json"], tmp_path / "out")[0] == 2
+    assert export(capsys, [tmp_path / "absent.json"], tmp_path / "out")[0] == 2
+    code, out = export(capsys, [CPU], tmp_path / "out", "--fact", "max_num_seqs")
+    assert code == 2
+    assert "--fact: expected NAME=VALUE" in out
+    code, out = export(capsys, [CPU], tmp_path / "out", "--fact", "gpu_memory_utilization=2")
+    assert code == 2
+    assert "out of range" in out
+    code, out = export(capsys, [CPU], tmp_path / "out", "--target-revision", "main")
+    assert code == 2
+    assert "a revision is a full 40-hex git commit, got 'main'" in out
+    code, out = export(capsys, [CPU], tmp_path / "out", "--system", "../h200")
+    assert code == 2
+    assert "--system" in out
+    assert written(tmp_path / "out") == []
+
+
+def test_table_needs_pyarrow(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(aisimulate, "pyarrow_missing", lambda: True)
+    code, out = export(capsys, [H200_EAGER], tmp_path / "out", "--system", "h200_sxm",
+                       *REVISIONS, *V3_FACTS)
+    assert code == 2
+    assert "pip install 'pytest-sdbench[export]'" in out
+    assert written(tmp_path / "out") == []
+
+
+# --- what is written --------------------------------------------------------------------------
+
+def _envelopes(root: Path, manifest: dict) -> dict:
+    return {phase: json.loads(next((root / "campaign/cells" / cell).glob("raw/*/benchmark.json"))
+                              .read_text()) for phase, cell in manifest["cells"].items()}
+
+
+def test_envelopes_map_each_observation_exactly(capsys, tmp_path):
+    code, out = export(capsys, [CPU], tmp_path, "--envelope-only", "--target-revision", REV_T)
+    assert code == 0, out
+    data = json.loads(CPU.read_text())
+    root = tmp_path / data["run_id"]
+    assert oct(root.stat().st_mode & 0o777) != oct(0o700)
+    manifest = json.loads((root / "import-manifest.json").read_text())
+    assert manifest["mode"] == "envelope_only"
+    assert manifest["table"] is None
+    assert manifest["facts"]["target_revision"] == {"value": REV_T, "source": "user"}
+    assert manifest["user_facts"] == ["target_revision"]
+    assert not (root / "fpm_profile.json").exists()
+    assert not (root / "systems").exists()
+    for phase, envelope in _envelopes(root, manifest).items():
+        observations = data[phase]
+        assert envelope["schema_version"] == 2
+        assert envelope["config"] == {"mode": phase}
+        assert envelope["status"] == "complete"
+        assert envelope["dp"] == {"rank": 0, "size": 1}
+        assert [r["point"]["benchmark_id"] for r in envelope["results"]] == \
+            list(range(1, len(observations) + 1))
+        assert envelope["coverage"]["expected_points"] == len(observations)
+        assert [g["point"] for g in envelope["iteration_groups"]] == \
+            [r["point"] for r in envelope["results"]]
+        for result, obs in zip(envelope["results"], observations, strict=True):
+            fpm, requests = result["fpms"][0], obs["snapshot"]["requests"]
+            assert fpm["wall_time"] == obs["timing"]["seconds"]
+            assert fpm["timing_scope"] == "worker_model_step"   # the CPU's own label
+            assert result["point"]["batch_size"] == len(requests)
+            assert result["point"]["total_kv_read_tokens"] == sum(r["kv_tokens"] for r in requests)
+            scheduled = fpm["scheduled_requests"]
+            if phase == "prefill":
+                assert scheduled["sum_prefill_tokens"] == sum(r["new_tokens"] for r in requests)
+                regime = {"none": "not_applicable", "real_prefix": "real_prefix"}
+                assert result["kv_seed_regime"] == regime[obs["kv_seed_regime"]]
+                assert ("prefill_real_seed" in result["point"]["sample_reasons"]) == \
+                    (obs["kv_seed_regime"] == "real_prefix")
+            else:
+                assert scheduled["num_decode_requests"] == len(requests)
+                assert result["kv_seed_regime"] == "real_kv"
+        assert envelope["timing"]["measured_iteration_seconds"] == math.fsum(
+            o["timing"]["seconds"] for o in observations)
+        assert envelope["timing"]["measured_iteration_seconds"] <= \
+            envelope["timing"]["benchmark_elapsed_seconds"]
+        provenance = json.loads(next((root / "campaign/cells" / manifest["cells"][phase])
+                                     .glob("raw/*/collector-provenance.json")).read_text())
+        assert provenance["cell_id"] == manifest["cells"][phase]
+        assert provenance["plan_sha256"] == manifest["plan_sha256"]
+        assert provenance["producer"]["artifact_sha256"] == \
+            hashlib.sha256(CPU.read_bytes()).hexdigest()
+
+
+def test_table_export_maps_the_profile_and_rows(capsys, tmp_path, json_table):
+    code, out = export(capsys, [H200_EAGER], tmp_path, "--system", "h200_sxm", *REVISIONS,
+                       *V3_FACTS)
+    assert code == 0, out
+    data = json.loads(H200_EAGER.read_text())
+    root = tmp_path / data["run_id"]
+    manifest = json.loads((root / "import-manifest.json").read_text())
+    assert manifest["user_facts"] == sorted(
+        ["draft_revision", "gpu_memory_utilization", "kv_bytes_per_token", "kv_cache_dtype",
+         "max_model_len", "max_num_batched_tokens", "max_num_seqs", "system",
+         "target_revision"])
+    assert manifest["facts"]["engine_version"]["source"].startswith(
+        "artifact identity.engine_version")
+    profile = json.loads((root / "fpm_profile.json").read_text())
+    deployment = profile["deployments"][0]
+    assert profile["model_revision"] == REV_T
+    assert profile["context_length"] == 2048
+    assert deployment["execution_profile"] == {
+        "kind": "speculative_round", "method": "eagle3", "num_draft_tokens": 3,
+        "draft_model": str(root / "model" / "draft"), "draft_revision": REV_D,
+        "timing_scope": "model_step_cuda"}
+    resources = deployment["resources"]
+    kv = data["kv_capacity"]
+    assert resources["runtime_memory"]["kv_cache_bytes"] == \
+        kv["num_blocks"] * kv["block_size"] * 118784
+    assert (resources["max_num_tokens"], resources["max_batch_size"]) == (2048, 8)
+    assert deployment["kv_cache_dtype"] == "bfloat16"
+    assert deployment["tp"] == 1
+    for role in ("target", "draft"):
+        text = (root / "model" / role / "config.json").read_bytes()
+        assert "sha256:" + hashlib.sha256(text).hexdigest() == \
+            data["identity"][role]["config_digest"]["value"]
+    rows = json.loads((root / manifest["table"]["parquet"]).with_name("rows.json").read_text())
+    assert len(rows) == len(data["prefill"]) + len(data["decode"]) == manifest["table"]["rows"]
+    execution = manifest["execution_identity"]
+    for row in rows:
+        obs = data[row["workload_kind"]][row["sdbench_point_index"]]
+        assert row["latency_ms"] == obs["timing"]["seconds"] * 1000.0
+        assert row["execution_profile"] == execution[1]
+        assert (row["measurement_policy"], row["timing_scope"], row["measurement_reduction"],
+                row["source_sample_count"]) == ("vllm_native_fpm_model_step_cuda_v1",
+                                                "model_step_cuda", "single_sample", 1)
+        reads_kv = row["workload_kind"] == "decode" or row["total_kv_read_tokens"] > 0
+        assert row["kv_seed_regime"] == ("real_kv" if reads_kv else "n/a")
+        assert row["cell_id"] == manifest["cells"][row["workload_kind"]]
+    assert len({tuple(r[k] for k in ("cell_id", "batch_size", "total_prefill_tokens",
+                                     "total_kv_read_tokens")) for r in rows}) == len(rows)
+    aisimulate.assert_speculative(execution, 3)
+
+
+def test_config_must_be_the_checkpoint_the_engine_ran(capsys, tmp_path, json_table):
+    from pytest_sdbench.engine.presets import materialize
+    tiny_target, _ = materialize("tiny", tmp_path / "models")
+    code, out = export(capsys, [H200_EAGER], tmp_path / "out", "--system", "h200_sxm",
+                       *REVISIONS, *V3_FACTS, "--target-config", str(tiny_target))
+    assert code == 1
+    assert ("identity.target.config_digest: sha256:7d32c73ed61579a4eb5592ae1cde9d1a0f4e4d46506"
+            "abb2fc23b1424b7ee3dcb, but --target-config") in out
+
+
+
+def test_config_not_at_hand_is_refused(tmp_path, cpu_artifact_data):
+    data = cpu_artifact_data
+    data["identity"]["draft"]["model"]["value"] = str(tmp_path / "absent" / "draft")
+    options = aisimulate.ExportOptions(system="h200_sxm", known_configs={},
+                                       user_facts={"target_revision": REV_T,
+                                                   "draft_revision": REV_D})
+    with pytest.raises(aisimulate.Refused) as refused:
+        aisimulate.export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
+    assert any(r.startswith("identity.draft.config_digest: sha256:") and
+               "no config.json with that digest is at hand" in r for r in refused.value.reasons)
+
+
+def _with_revisions(tmp_path, target: str, source: str) -> Path:
+    data = json.loads(H200_EAGER.read_text())
+    for role, value in (("target", target), ("draft", REV_D)):
+        data["identity"][role]["revision"] = {"status": "resolved", "value": value,
+                                              "source": source, "reason": None}
+    return reseal(data, tmp_path, "revised.json")
+
+
+def test_resolved_revisions_are_the_artifacts_and_must_be_pinned(capsys, tmp_path, json_table):
+    path = _with_revisions(tmp_path, REV_T, "user")   # given at collection time
+    code, out = export(capsys, [path], tmp_path / "out", "--system", "h200_sxm", *V3_FACTS)
+    assert code == 0, out
+    run_id = json.loads(path.read_text())["run_id"]
+    manifest = json.loads((tmp_path / "out" / run_id / "import-manifest.json").read_text())
+    assert manifest["facts"]["target_revision"] == {
+        "value": REV_T, "source": "artifact identity.target.revision (user)"}
+    assert "target_revision" not in manifest["user_facts"]
+    code, out = export(capsys, [path], tmp_path / "out", "--system", "h200_sxm", *V3_FACTS,
+                       "--target-revision", "3" * 40)
+    assert code == 1
+    assert "the user's target_revision='3333" in out
+    path = _with_revisions(tmp_path, "main", "vllm_config.model_config.revision")
+    code, out = export(capsys, [path], tmp_path / "out2", "--system", "h200_sxm", *V3_FACTS)
+    assert code == 1
+    assert ("identity.target.revision: 'main' (artifact identity.target.revision "
+            "(vllm_config.model_config.revision)) is not a pinned 40-hex commit") in out
+
+
+def _repeated(data: dict, factors: tuple[float, ...]) -> dict:
+    """The artifact measured len(factors)+1 times a point: repeat r's time is the original
+    time scaled by factors[r-1] (repeat 0 keeps it)."""
+    next_id = 1 + max(o["native_iteration_id"] for p in ("prefill", "decode") for o in data[p])
+    for phase in ("prefill", "decode"):
+        extra = []
+        for obs in data[phase]:
+            for r, factor in enumerate(factors, start=1):
+                twin = copy.deepcopy(obs)
+                twin["repeat"] = r
+                twin["native_iteration_id"] = twin["snapshot"]["native_iteration_id"] = \
+                    twin["timing"]["native_iteration_id"] = next_id
+                twin["timing"]["seconds"] = obs["timing"]["seconds"] * factor
+                next_id += 1
+                extra.append(twin)
+        data[phase] += extra
+    data["measurement_policy"]["repeats"] = len(factors) + 1
+    data["summaries"] = [typed.encode(summarize(phase, index, [
+        o["timing"]["seconds"] for o in data[phase] if o["point_index"] == index]))
+        for phase in ("prefill", "decode")
+        for index in sorted({o["point_index"] for o in data[phase]})]
+    return data
+
+
+@pytest.mark.parametrize("factors, want_repeat", [((1.5, 1.2), 2), ((0.9, 1.4, 0.8), 1)],
+                         ids=["3-repeats-median", "4-repeats-lower-median"])
+def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data, factors,
+                                             want_repeat):
+    data = _repeated(cpu_artifact_data, factors)
+    path = reseal(data, tmp_path)
+    code, out = export(capsys, [path], tmp_path / "out", "--envelope-only")
+    assert code == 0, out
+    root = tmp_path / "out" / data["run_id"]
+    manifest = json.loads((root / "import-manifest.json").read_text())
+    n = len(factors) + 1
+    for phase, envelope in _envelopes(root, manifest).items():
+        for result in envelope["results"]:
+            point = result["point"]
+            times = sorted(o["timing"]["seconds"] for o in data[phase]
+                           if o["point_index"] == point["sdbench_point_index"])
+            assert point["sdbench_repeat"] == want_repeat
+            assert point["sdbench_repeats"] == n
+            assert result["fpms"][0]["wall_time"] == statistics.median_low(times)
+            if n % 2:
+                assert result["fpms"][0]["wall_time"] == statistics.median(times)
+            assert point["sdbench_selection"] == ("median" if n % 2 else "median_low")
+
+
+def test_preset_configs_are_the_files_a_preset_writes(tmp_path):
+    from pytest_sdbench.engine.presets import PRESETS, config_texts, materialize
+    texts = config_texts()
+    for name in PRESETS:
+        for folder in materialize(name, tmp_path):
+            data = (folder / "config.json").read_bytes()
+            assert texts[hashlib.sha256(data).hexdigest()][0].encode() == data
+
+
+def test_tensor_parallel_maps_to_the_consumers_tp_preset(tmp_path, cpu_artifact_data):
+    assert aisimulate.topology(2) == {"tp": 2, "pp": 1, "dp": 1, "moe_tp": 1, "moe_ep": 1,
+                                      "cp": 1}
+    assert (aisimulate.parallel_strategy(1), aisimulate.parallel_strategy(2)) == ("single", "tp")
+    precision = {"gemm_quant_mode": "bfloat16", "kv_cache_dtype": "bfloat16"}
+    ids = {aisimulate.cell_id(model_path="/m", system="h200_sxm", phase="decode", tp=tp,
+                              precision=precision, execution=("", "x", "none", "text"))
+           for tp in (1, 2)}
+    assert len(ids) == 2     # the topology is part of the cell's identity
+    data = cpu_artifact_data
+    data["identity"]["pipeline_parallel_size"]["value"] = 2
+    options = aisimulate.ExportOptions(envelope_only=True)
+    with pytest.raises(aisimulate.Refused) as refused:
+        aisimulate.export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
+    assert any(r.startswith("identity.pipeline_parallel_size: 2; the consumer's speculative")
+               for r in refused.value.reasons)
+
+
+def test_never_an_autoregressive_identity():
+    with pytest.raises(AssertionError, match="must carry its speculative round"):
+        aisimulate.assert_speculative(("", "full", "none", "text"), 3)
+    spec = aisimulate.execution_profile(3, "/draft", REV_D)
+    execution = aisimulate.speculative_identity(REV_T, spec)
+    aisimulate.assert_speculative(execution, 3)
+    with pytest.raises(AssertionError):
+        aisimulate.assert_speculative(execution, 2)      # a round of another K
+    with pytest.raises(AssertionError):
+        aisimulate.execution_profile(0, "/draft", REV_D)
+
+
+def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
+        capsys, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    assert export(capsys, [CPU], out, "--envelope-only")[0] == 0
+    run_id = json.loads(CPU.read_text())["run_id"]
+    before = (out / run_id / "import-manifest.json").read_text()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+    monkeypatch.setattr(aisimulate, "build_envelope", broken)
+    with pytest.raises(OSError, match="disk full"):
+        aisimulate.export_artifact(CPU, out, aisimulate.ExportOptions(envelope_only=True))
+    assert written(out) == [run_id]     # no staging folder left, the old export intact
+    assert (out / run_id / "import-manifest.json").read_text() == before
+    monkeypatch.undo()
+    assert export(capsys, [CPU], out, "--envelope-only", "--target-revision", REV_T)[0] == 0
+    assert written(out) == [run_id]
+    manifest = json.loads((out / run_id / "import-manifest.json").read_text())
+    assert manifest["user_facts"] == ["target_revision"]
