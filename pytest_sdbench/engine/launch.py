@@ -108,23 +108,20 @@ class ServingProbe:
     synthetic_rates: tuple[float, ...] | None
 
 
-@dataclass
-class SdbenchEngine:
-    """A started engine and the facts resolved right after start-up."""
+class EngineSurface:
+    """What every started engine answers the same way, in this process (SdbenchEngine) or
+    behind a tensor-parallel proxy (tp.TensorParallelEngine): its limits, read from the
+    identity it resolved at start-up, and its failure state. Subclasses hold `spec`,
+    `identity`, `kv_capacity`, `failure`, `closed` and a `shutdown()`."""
+
     spec: EngineSpec
-    llm: Any    # vllm.LLM (imported lazily; None once shut down)
-    device: str
     identity: ExecutionIdentity
     kv_capacity: KVCapacity
-    start_seconds: float
-    baseline: ServingProbe | None = None
-    closed: bool = False
-    registration: EngineRegistration | None = field(default=None, repr=False)
-    prompt_rng: random.Random = field(default_factory=random.Random, repr=False)
-    failure: str | None = None     # why the engine is unusable (it is then shut down)
-    restarts: int = 0              # fresh engines started in place of failed ones
-    saved_env: dict = field(default_factory=dict, repr=False)   # restored at shutdown
-    dist_file: str | None = None   # vLLM's FileStore file (vllm_dist_*), removed at shutdown
+    failure: str | None
+    closed: bool
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
 
     @property
     def usable(self) -> bool:
@@ -138,21 +135,11 @@ class SdbenchEngine:
             raise EngineUnusable("the engine is shut down")
 
     def fail(self, exc: BaseException) -> None:
-        """Mark the engine unusable with its first cause, and shut it down now."""
+        """Mark the engine unusable with its first cause, and shut it down (every rank of
+        a tensor-parallel engine) now."""
         if self.failure is None:
             self.failure = describe_failure(exc)
         self.shutdown()
-
-    def restart(self) -> None:
-        """Start a fresh engine of the same spec in this object's place (the fixtures that
-        hold it see the new one); counts the restart."""
-        self.shutdown()
-        self.restarts += 1     # counted before the start: a start that fails counts too
-        fresh = start_engine(self.spec)
-        restarts = self.restarts
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(fresh, f.name))
-        self.restarts = restarts
 
     @property
     def block_size(self) -> int:
@@ -177,12 +164,43 @@ class SdbenchEngine:
         return self._setting("max_model_len")
 
     @property
+    def acceptance_control(self) -> str:
+        return self.spec.acceptance_control
+
+
+@dataclass
+class SdbenchEngine(EngineSurface):
+    """A started engine and the facts resolved right after start-up."""
+    spec: EngineSpec
+    llm: Any    # vllm.LLM (imported lazily; None once shut down)
+    device: str
+    identity: ExecutionIdentity
+    kv_capacity: KVCapacity
+    start_seconds: float
+    baseline: ServingProbe | None = None
+    closed: bool = False
+    registration: EngineRegistration | None = field(default=None, repr=False)
+    prompt_rng: random.Random = field(default_factory=random.Random, repr=False)
+    failure: str | None = None     # why the engine is unusable (it is then shut down)
+    restarts: int = 0              # fresh engines started in place of failed ones
+    saved_env: dict = field(default_factory=dict, repr=False)   # restored at shutdown
+    dist_file: str | None = None   # vLLM's FileStore file (vllm_dist_*), removed at shutdown
+
+    def restart(self) -> None:
+        """Start a fresh engine of the same spec in this object's place (the fixtures that
+        hold it see the new one); counts the restart."""
+        self.shutdown()
+        self.restarts += 1     # counted before the start: a start that fails counts too
+        fresh = start_engine(self.spec)
+        restarts = self.restarts
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+        self.restarts = restarts
+
+    @property
     def vocab_size(self) -> int:
         return int(compat.vllm_config(self.llm).model_config.get_vocab_size())
 
-    @property
-    def acceptance_control(self) -> str:
-        return self.spec.acceptance_control
 
     def fresh_tokens(self, n: int) -> list[int]:
         """n prompt token ids from one stream per engine, so prompts never repeat on it."""

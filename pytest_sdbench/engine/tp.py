@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire.identity import ExecutionIdentity, KVCapacity
-from .launch import EngineUnusable, ServingProbe, describe_failure
+from .launch import EngineSurface, ServingProbe
 from .spec import EngineSpec
 
 # Set in a rank process: where the proxy listens (host:port); its key in AUTHKEY_ENV.
@@ -96,7 +96,7 @@ def remove_stale_cpu_shm() -> None:
         path.unlink(missing_ok=True)
 
 
-class TensorParallelEngine:
+class TensorParallelEngine(EngineSurface):
     """The proxy of a started tensor-parallel engine: the facts rank 0 resolved, and
     commands that every rank runs. Same surface as SdbenchEngine, less `.llm` (the engine
     lives in the rank processes)."""
@@ -192,32 +192,6 @@ class TensorParallelEngine:
                              "this process holds no vLLM LLM object")
 
     @property
-    def block_size(self) -> int:
-        return self.kv_capacity.block_size
-
-    def _setting(self, name: str) -> int:
-        field = getattr(self.identity.settings, name)
-        if not field.resolved:
-            raise RuntimeError(f"engine setting {name} is unresolved: {field.reason}")
-        return int(field.value)
-
-    @property
-    def max_num_seqs(self) -> int:
-        return self._setting("max_num_seqs")
-
-    @property
-    def max_num_batched_tokens(self) -> int:
-        return self._setting("max_num_batched_tokens")
-
-    @property
-    def max_model_len(self) -> int:
-        return self._setting("max_model_len")
-
-    @property
-    def acceptance_control(self) -> str:
-        return self.spec.acceptance_control
-
-    @property
     def gpu_indices(self) -> tuple[int, ...]:
         """The CUDA devices of every rank (none on CPU)."""
         return tuple(i for s in self.ranks for i in s.gpu_indices)
@@ -225,24 +199,6 @@ class TensorParallelEngine:
     @property
     def pids(self) -> tuple[int, ...]:
         return tuple(p.pid for p in self._procs)
-
-    # ---- failure, as launch.SdbenchEngine ------------------------------------------------
-    @property
-    def usable(self) -> bool:
-        return self.failure is None and not self.closed
-
-    def check_usable(self) -> None:
-        if self.failure is not None:
-            raise EngineUnusable(f"the engine failed earlier ({self.failure}) and was shut "
-                                 "down; it is not reused")
-        if self.closed:
-            raise EngineUnusable("the engine is shut down")
-
-    def fail(self, exc: BaseException) -> None:
-        """Mark the engine unusable with its first cause, and shut every rank down now."""
-        if self.failure is None:
-            self.failure = describe_failure(exc)
-        self.shutdown()
 
     def restart(self) -> None:
         """Start fresh ranks of the same spec in this proxy's place (the fixtures that hold
