@@ -13,10 +13,15 @@ from pathlib import Path
 
 import pytest
 
+import pytest_sdbench
+
 from . import forge
 
-ROOT = Path(__file__).parent.parent
-WIRE = ROOT / "pytest_sdbench" / "wire"
+# The package under test, wherever it is imported from: the checkout, or the installed wheel
+# (CI's wheel step runs a copy of these tests against it).
+PACKAGE = Path(pytest_sdbench.__file__).resolve().parent
+ROOT = PACKAGE.parent   # the folder that holds the package: on the bare venv's path below
+WIRE = PACKAGE / "wire"
 THIRD_PARTY = ("vllm", "torch", "jsonschema", "hypothesis", "numpy", "pytest")
 ABOVE_THE_VALIDATOR = ("pytest_sdbench.engine", "pytest_sdbench.observer",
                        "pytest_sdbench.collector", "pytest_sdbench.session",

@@ -3,10 +3,12 @@
 --sdbench-tp 2; the artifact, the ranks' outputs and the processes are checked here."""
 
 import json
+import os
 
 import psutil
 import pytest
 
+from pytest_sdbench import host
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.contract import STATUS_COMPLETE
 from pytest_sdbench.wire.contract import CONTENTION_OTHER_CORES
@@ -34,6 +36,7 @@ def test_profile_on_two_ranks(sdbench_collection, sdbench_engine):
 @pytest.mark.sdbench_engine
 def test_tp2_profile_on_cpu(pytester):
     pytester.makepyfile(test_downstream=DOWNSTREAM)
+    alive = host.other_engines() + (host.registry_dir() / f"{os.getpid()}.lock").exists()
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--sdbench-tp=2", "--sdbench-mode=agg",
         "--sdbench-artifact-dir=out", timeout=900)
@@ -55,9 +58,11 @@ def test_tp2_profile_on_cpu(pytester):
     for o in (*a.prefill, *a.decode):
         assert len(o.timing.rank_seconds) == 2, o.timing
         assert o.timing.seconds == max(o.timing.rank_seconds) > 0
-    # Its own rank 1 (a busy core on this 2-core machine) is not contention. (Another engine
-    # may be alive: the outer session's, when the whole suite runs.)
+    # Its own rank 1 (a busy core on this 2-core machine, an engine of its own) is not
+    # contention; the engines alive before the run are (the outer session's, when the whole
+    # suite runs).
     assert a.environment.other_cpu_cores < CONTENTION_OTHER_CORES, a.environment
+    assert a.environment.other_sdbench_engines == alive, a.environment
 
     rank0, rank1 = facts["outputs"]
     assert rank0 == rank1

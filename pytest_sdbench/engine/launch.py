@@ -23,7 +23,7 @@ from typing import Any
 from ..host import EngineRegistration
 from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from ..wire.identity import ExecutionIdentity, KVCapacity
-from . import compat, ranks
+from . import compat
 from .facts import resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
 
@@ -292,13 +292,21 @@ def start_engine(spec: EngineSpec):
     return start_local_engine(spec)
 
 
+def _launched_as_rank_0() -> bool:
+    """This process is a single-rank engine's, or rank 0 of a tensor-parallel one. Asked
+    before the engine starts, when torch.distributed is not up yet (ranks.rank() says 0 on
+    every rank then): the launcher's RANK tells."""
+    from .tp import RANK_SERVER_ENV
+    return not os.environ.get(RANK_SERVER_ENV) or os.environ.get("RANK", "0") == "0"
+
+
 def start_local_engine(spec: EngineSpec) -> SdbenchEngine:
     """Start the engine; the environment it needs is set for its lifetime. A start that
     fails leaves nothing behind (the environment restored, the registry entry removed)."""
     saved_env = compat.prepare_environment()
     # Before the start, so that a concurrent start sees it; one entry per engine, however
-    # many ranks it has (rank 0's).
-    registration = EngineRegistration() if ranks.rank() == 0 else None
+    # many ranks it has (rank 0's), or each rank would count its siblings as contention.
+    registration = EngineRegistration() if _launched_as_rank_0() else None
     engine = None
     try:
         from vllm import LLM  # imported late: the environment above must be set first
