@@ -1,5 +1,6 @@
 """The artifacts the GPU oracle wrote on the H200 (docs/evidence/h200/) satisfy the contract,
-and a copy with its timing relabelled is refused."""
+and a copy with its timing relabelled is refused; every artifact committed as evidence, from
+one H200 or two (docs/evidence/h200*/), is accepted by the validator."""
 
 import json
 from pathlib import Path
@@ -11,6 +12,8 @@ from pytest_sdbench.artifact import schema, validate_data, validate_path
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "h200"
 ARTIFACTS = sorted(EVIDENCE.glob("artifacts-*/*.json"))
+EVERY_ARTIFACT = sorted(p for p in EVIDENCE.parent.glob("h200*/**/sdbench-*.json")
+                        if "-index" not in p.name)
 
 
 def test_evidence_is_present():
@@ -40,3 +43,19 @@ def test_h200_artifact_with_timing_source_edited_is_rejected(path):
     errors = validate_data(data).errors
     assert any(e.startswith("decode[0].timing.source: 'host_perf_counter' cannot come from a "
                             "'cuda' run") for e in errors), errors
+
+
+def test_every_evidence_folder_has_artifacts():
+    folders = {p.relative_to(EVIDENCE.parent).parts[0] for p in EVERY_ARTIFACT}
+    assert folders == {"h200", "h200x2"}, folders
+
+
+@pytest.mark.parametrize("path", EVERY_ARTIFACT,
+                         ids=lambda p: str(p.relative_to(EVIDENCE.parent)))
+def test_every_committed_gpu_artifact_is_valid(path):
+    report = validate_path(path)
+    assert report.ok, report.errors
+    assert report.artifact.device == "cuda"
+    if "h200x2" in path.parts:   # its folder names the rank count: ...tp1... or ...tp2...
+        ranks = 2 if "tp2" in path.parent.name else 1
+        assert report.artifact.identity.tensor_parallel_size.value == ranks
