@@ -175,9 +175,25 @@ def test_1_engine_error(fault_at_batch_3, sdbench_collect):
     sdbench_collect("decode")
 
 
-def test_2_next_test_gets_a_fresh_engine(sdbench_engine):
+def test_1b_the_failed_engine_was_shut_down_at_once(pytestconfig):
+    import gc
+
+    from vllm import LLM
+
+    from pytest_sdbench.engine.launch import engine_threads
+    from pytest_sdbench.plugin import ENGINE
+    engine = pytestconfig.stash[ENGINE]   # the failed one: no test has asked for another yet
+    assert engine.failure.startswith("RuntimeError: injected fault")
+    assert engine.closed and engine.llm is None
+    assert engine_threads() == []
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, LLM)], "the LLM is still alive"
+
+
+def test_2_next_test_gets_a_fresh_engine(sdbench_engine, sdbench_collect):
     assert sdbench_engine.restarts == 1 and sdbench_engine.usable
     assert len(sdbench_engine.probe().tokens) == 16
+    sdbench_collect("decode")   # complete: the baseline the partials are compared against
 
 
 @pytest.mark.timeout(20)
@@ -197,7 +213,8 @@ def _partials(out_dir):
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
-def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester, tmp_path):
+def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester, tmp_path,
+                                                                       capsys):
     pytester.makeconftest(FAULT_CONFTEST)
     pytester.makepyfile(test_faulty=FAULT_TESTS)
     started = time.monotonic()
@@ -205,7 +222,7 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
         "-p", "no:cacheprovider", f"--sdbench-grid={_grid(tmp_path)}",
         "--sdbench-artifact-dir=out", timeout=SUBPROCESS_TIMEOUT)
     elapsed = time.monotonic() - started
-    result.assert_outcomes(passed=1, failed=2, errors=1)
+    result.assert_outcomes(passed=2, failed=2, errors=1)
     assert elapsed < 240, f"took {elapsed:.0f} s"
     result.stdout.fnmatch_lines([
         "*sdbench: RuntimeError: injected fault in execute_model: 2/3 points kept in the "
@@ -234,6 +251,15 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
     assert causes == {"not reached: RuntimeError: injected fault in execute_model",
                       "not reached: Failed: Timeout (>20.0s) from pytest-timeout."}
     assert main(["validate", *map(str, partials)]) == 0
+
+    # compare, as a gate, refuses a real partial candidate and names what it lacks
+    (complete,) = [p for p in (pytester.path / "out").glob("sdbench-decode-*.json")
+                   if not p.name.endswith(".partial.json")]
+    capsys.readouterr()
+    assert main(["compare", str(complete), str(partials[0])]) == 1
+    said = capsys.readouterr().out
+    assert "status partial (2/3" in said, said
+    assert "decode B=3 ctx=64 K=3 AL=natural: missing in the candidate" in said, said
 
 
 @pytest.mark.slow

@@ -58,6 +58,12 @@ def distributed_store_file(llm) -> str | None:
     return method.removeprefix("file://") if method.startswith("file://") else None
 
 
+def llm_class():
+    """vLLM's LLM, imported on first use (the engine's environment must be set first)."""
+    from vllm import LLM
+    return LLM
+
+
 def shutdown_engine(llm) -> None:
     """Shut the engine core down (executor, worker, scheduler) and tear down the distributed
     state it set up in this process, so that another engine can start here."""

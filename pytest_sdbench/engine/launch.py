@@ -307,32 +307,40 @@ def start_local_engine(spec: EngineSpec) -> SdbenchEngine:
     # Before the start, so that a concurrent start sees it; one entry per engine, however
     # many ranks it has (rank 0's), or each rank would count its siblings as contention.
     registration = EngineRegistration() if _launched_as_rank_0() else None
-    engine = None
     try:
-        from vllm import LLM  # imported late: the environment above must be set first
-        device = compat.device_type()
-        kwargs = compat.engine_kwargs(spec, device)
-        started = time.perf_counter()
-        llm = LLM(**kwargs)
-        seconds = time.perf_counter() - started
-        engine = SdbenchEngine(spec=spec, llm=llm, device=device,
-                               prompt_rng=random.Random(spec.seed),
-                               identity=resolve_identity(llm, spec),
-                               kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds,
-                               registration=registration, saved_env=saved_env,
-                               dist_file=compat.distributed_store_file(llm))
+        # vLLM is imported late (the environment above must be set first) and here, not in
+        # the frame that holds the LLM: its import keeps a traceback whose frames reach back
+        # to the importer, and a frame kept alive keeps its locals (a shut-down engine).
+        compat.llm_class()
+        return _started_engine(spec, saved_env, registration)
+    except BaseException:
+        try:
+            compat.release_distributed()
+        finally:
+            if registration is not None:
+                registration.close()
+            compat.restore_environment(saved_env)
+        raise
+
+
+def _started_engine(spec: EngineSpec, saved_env: dict,
+                    registration: EngineRegistration | None) -> SdbenchEngine:
+    device = compat.device_type()
+    kwargs = compat.engine_kwargs(spec, device)
+    started = time.perf_counter()
+    llm = compat.llm_class()(**kwargs)
+    seconds = time.perf_counter() - started
+    engine = SdbenchEngine(spec=spec, llm=llm, device=device,
+                           prompt_rng=random.Random(spec.seed),
+                           identity=resolve_identity(llm, spec),
+                           kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds,
+                           registration=registration, saved_env=saved_env,
+                           dist_file=compat.distributed_store_file(llm))
+    try:
         if registration is not None:
             registration.record(dist_file=engine.dist_file)
         engine.baseline = engine.probe()
-        return engine
     except BaseException:
-        if engine is not None:
-            engine.shutdown()
-        else:
-            try:
-                compat.release_distributed()
-            finally:
-                if registration is not None:
-                    registration.close()
-                compat.restore_environment(saved_env)
+        engine.shutdown()   # then the caller's clean-up finds nothing left to undo
         raise
+    return engine
