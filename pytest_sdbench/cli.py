@@ -253,6 +253,24 @@ def _table(a) -> str:
                      f"{o.timing.seconds * 1e3:>9.3f} {o.graph_mode:>9}")
     for s in a.coverage.skipped_points:
         lines.append(f"{s.phase}[{s.point_index}]  SKIPPED: {s.reason}")
+    if a.summaries:
+        lines += ["", _summary_table(a)]
+    return "\n".join(lines)
+
+
+SUMMARY_HEADER = "repeat summary"
+
+
+def _summary_table(a) -> str:
+    """Each point's retained steps summarised (schema v4 summaries): samples, median,
+    coefficient of variation, min and max."""
+    lines = [f"{SUMMARY_HEADER:<16} {'n':>3} {'median ms':>10} {'cv %':>7} {'min ms':>10} "
+             f"{'max ms':>10}"]
+    for s in a.summaries:
+        name = f"{s.phase}[{s.point_index}]"
+        lines.append(f"{name:<16} {s.samples:>3} {s.median_seconds * 1e3:>10.3f} "
+                     f"{s.cv * 100:>7.2f} {s.min_seconds * 1e3:>10.3f} "
+                     f"{s.max_seconds * 1e3:>10.3f}")
     return "\n".join(lines)
 
 
