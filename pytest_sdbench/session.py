@@ -31,7 +31,13 @@ from .points import EngineLimits, Grid, GridError, default_grid, derived_grid, l
 from .testing import restoration_violations
 from .vram import cuda_available
 from .wire import typed
-from .wire.contract import DEFAULT_DRAFT_DEPTH, PHASES, PHASES_BY_MODE, REVISION_PATTERN
+from .wire.contract import (
+    DEFAULT_DRAFT_DEPTH,
+    PHASE_DECODE,
+    PHASES,
+    PHASES_BY_MODE,
+    REVISION_PATTERN,
+)
 from .wire.model import SkippedPoint, utc_now
 
 MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
@@ -160,10 +166,18 @@ def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, op
         check_grid_for_mode(grid, mode)
     except GridError as exc:
         raise InputError(f"{opt('grid')}: {exc}") from None
-    if len(depths) == 1:   # a sweep's manifest is checked per K, on each engine
+    phases = PHASES_BY_MODE.get(mode or "agg", ())
+    decode = grid.decode if PHASE_DECODE in phases else ()
+    if len(depths) > 1 and decode:
+        # A decode point names its K and an engine runs one K: no engine of the sweep
+        # could run every decode point of the manifest.
+        raise InputError(f"{opt('k')} {','.join(map(str, depths))} with {opt('grid')}: a K "
+                         f"sweep runs one engine per K, but the grid's decode points name "
+                         f"their K (decode[0].draft_depth is {decode[0].draft_depth}); give one "
+                         f"K, or a grid without decode points")
+    if len(depths) == 1:
         (k,) = depths
-        phases = PHASES_BY_MODE.get(mode or "agg", ())
-        for i, d in enumerate(grid.decode if "decode" in phases else ()):
+        for i, d in enumerate(decode):
             if d.draft_depth != k:
                 raise InputError(f"{opt('grid')}: decode[{i}].draft_depth is {d.draft_depth}, "
                                  f"the engine runs K={k} ({opt('k')})")

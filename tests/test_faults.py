@@ -16,11 +16,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
+from pytest_sdbench.session import InputError, check_inputs
 
 SUBPROCESS_TIMEOUT = 600
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -70,6 +72,9 @@ def _pytest_cases(tmp_path):
         "decode point of another K": ([f"--sdbench-grid={_grid(tmp_path)}", "--sdbench-k=2"],
                                       "--sdbench-grid: decode[0].draft_depth is 3, the engine "
                                       "runs K=2 (--sdbench-k)"),
+        "K sweep with decode points": ([f"--sdbench-grid={_grid(tmp_path)}", "--sdbench-k=1-5"],
+                                       "--sdbench-k 1,2,3,4,5 with --sdbench-grid: a K sweep "
+                                       "runs one engine per K, but the grid's decode points"),
     }
 
 
@@ -105,6 +110,10 @@ def _cli_cases(tmp_path):
                                          "'FooBarForCausalLM'")} if HAVE_VLLM else {}),
         "model without draft": (["--model", str(target), "--out", out],
                                 "sdbench collect: --model and --draft go together"),
+        "K sweep with decode points": (["--grid", _grid(tmp_path), "--k", "1,3", "--out", out],
+                                       "sdbench collect: --k 1,3 with --grid: a K sweep runs "
+                                       "one engine per K, but the grid's decode points name "
+                                       "their K (decode[0].draft_depth is 3)"),
         "out is a file": (["--out", str(tmp_path / "a-file" / "sub")],
                           f"sdbench collect: --out: {tmp_path / 'a-file' / 'sub'} cannot be "
                           f"created: {tmp_path / 'a-file'} is not a directory"),
@@ -119,6 +128,21 @@ def test_cli_refuses_bad_input_with_one_line_and_exit_2(tmp_path, capsys):
         assert len(lines) == 1, (case, lines)
         assert lines[0].startswith(message), (case, lines)
         assert not (tmp_path / "out").exists(), case
+
+
+def test_a_k_sweep_takes_a_grid_without_decode_points(tmp_path):
+    """Prefill points carry no K: every engine of the sweep runs them. So do decode points
+    that the mode leaves out."""
+    prefill = [{"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 0}]
+    decode = json.loads(Path(_grid(tmp_path)).read_text())["decode"]
+    only_prefill, both = tmp_path / "prefill.json", tmp_path / "both.json"
+    only_prefill.write_text(json.dumps({"prefill": prefill}))
+    both.write_text(json.dumps({"prefill": prefill, "decode": decode}))
+    check_inputs({"grid": str(only_prefill), "mode": "agg", "k": (1, 2)}, cli=True)
+    check_inputs({"grid": str(both), "mode": "prefill", "k": (1, 2)}, cli=True)
+    for mode in ("agg", "decode"):
+        with pytest.raises(InputError, match=r"^--k 1,2 with --grid: a K sweep"):
+            check_inputs({"grid": str(both), "mode": mode, "k": (1, 2)}, cli=True)
 
 
 def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, capsys):
@@ -278,6 +302,7 @@ FULL_DISK = """
 import errno, sys
 from pytest_sdbench import session
 from pytest_sdbench.cli import main
+from pytest_sdbench.session import InputError, check_inputs
 
 real = session.write_artifact
 
