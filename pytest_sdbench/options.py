@@ -135,8 +135,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("vllm-defaults", "run a preset as vLLM serves it: drop the preset's oracle limits "
            "(KV size, batch and length caps, eager); vLLM's defaults on the device apply",
            default=False, action="store_true"),
-    Option("cuda-graphs", "oracle presets on CUDA: run with CUDA graphs (default eager); "
-           "engines outside the presets' test limits follow vLLM's own default",
+    Option("cuda-graphs", "oracle presets on CUDA: run with CUDA graphs (default eager; "
+           "refused without CUDA); engines outside the presets' test limits follow vLLM's "
+           "own default",
            default=False, action="store_true"),
     Option("acceptance-length", "CUDA: synthetic acceptance length for decode points",
            type=float, metavar="AL"),

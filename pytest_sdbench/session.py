@@ -88,7 +88,7 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
     with vLLM's defaults. The user's engine arguments apply over either. Raises InputError
     (check_engine_choices)."""
     check_engine_choices(dict(model=model, draft=draft, k=(draft_depth,),
-                              acceptance_length=acceptance_length,
+                              cuda_graphs=cuda_graphs, acceptance_length=acceptance_length,
                               target_revision=target_revision, draft_revision=draft_revision),
                          cli)
     device = "cuda" if cuda_available() else "cpu"
@@ -135,8 +135,8 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
 
 
 def check_engine_choices(values: dict, cli: bool) -> None:
-    """The model pair and its architectures, the acceptance length on this device and for
-    each K, the revisions."""
+    """The model pair and its architectures, CUDA graphs and the acceptance length on this
+    device (the latter for each K), the revisions."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     model, draft = values.get("model"), values.get("draft")
     if (model is None) != (draft is None):
@@ -149,6 +149,9 @@ def check_engine_choices(values: dict, cli: bool) -> None:
         if value is not None and not re.fullmatch(REVISION_PATTERN, value):
             raise InputError(f"{opt(name)}: a revision is a full 40-hex git commit, got "
                              f"{value!r}")
+    if values.get("cuda_graphs") and not cuda_available():
+        raise InputError(f"{opt('cuda-graphs')}: CUDA graphs are captured on a CUDA device; "
+                         f"this machine has none (vLLM's CPU engine runs eager)")
     depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
     al = values.get("acceptance_length")
     if al is not None:

@@ -62,6 +62,9 @@ def _pytest_cases(tmp_path):
         "acceptance length on CPU": (["--sdbench-acceptance-length=2"],
                                      "--sdbench-acceptance-length: vLLM's synthetic rejection "
                                      "sampler runs on CUDA only"),
+        "CUDA graphs on CPU": (["--sdbench-cuda-graphs"],
+                               "--sdbench-cuda-graphs: CUDA graphs are captured on a CUDA "
+                               "device; this machine has none"),
         **({"unsupported architecture": ([f"--sdbench-model={target}",
                                           f"--sdbench-draft={draft}"],
                                          "--sdbench-model: architecture 'FooBarForCausalLM' "
@@ -104,6 +107,9 @@ def _cli_cases(tmp_path):
                        "sdbench collect: --grid: the grid holds no prefill or decode point"),
         "acceptance length on CPU": (["--acceptance-length", "2", "--out", out],
                                      "sdbench collect: --acceptance-length: vLLM's synthetic"),
+        "CUDA graphs on CPU": (["--cuda-graphs", "--out", out],
+                               "sdbench collect: --cuda-graphs: CUDA graphs are captured on a "
+                               "CUDA device; this machine has none"),
         **({"unsupported architecture": (["--model", str(target), "--draft", str(draft),
                                           "--out", out],
                                          "sdbench collect: --model: architecture "
@@ -143,6 +149,14 @@ def test_a_k_sweep_takes_a_grid_without_decode_points(tmp_path):
     for mode in ("agg", "decode"):
         with pytest.raises(InputError, match=r"^--k 1,2 with --grid: a K sweep"):
             check_inputs({"grid": str(both), "mode": mode, "k": (1, 2)}, cli=True)
+
+
+def test_an_engine_spec_with_cuda_graphs_needs_cuda(monkeypatch):
+    """engine_spec checks it too (the benchmark builds specs without check_inputs)."""
+    from pytest_sdbench import session
+    monkeypatch.setattr(session, "cuda_available", lambda: False)
+    with pytest.raises(InputError, match=r"^--cuda-graphs: CUDA graphs are captured on a "):
+        session.engine_spec(preset="tiny", cuda_graphs=True, cli=True)
 
 
 def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, capsys):
