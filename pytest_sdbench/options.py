@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine.presets import AUTO_PRESET, PRESETS
-from .wire.contract import DEFAULT_DRAFT_DEPTH, DEFAULT_REPEATS, MODE_AGG, MODES
+from .wire.contract import DEFAULT_DRAFT_DEPTH, DEFAULT_REPEATS, K_WINDOW, MODE_AGG, MODES
 
 PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
 
@@ -165,6 +165,17 @@ def add_cli_options(parser: argparse.ArgumentParser, command: str) -> None:
 def spelled(name: str, cli: bool) -> str:
     """How the user spells an option in pytest or in the CLI (for error messages)."""
     return (CLI_PREFIX if cli else PYTEST_PREFIX) + name
+
+
+def k_window_note(depths: tuple[int, ...], cli: bool) -> str | None:
+    """What to tell the user of draft depths outside the consumer's import window (None:
+    all inside): they are collected all the same, and `sdbench validate` flags them."""
+    low, high = K_WINDOW
+    outside = [k for k in depths if not low <= k <= high]
+    if not outside:
+        return None
+    return (f"{spelled('k', cli)} {outside} lies outside the import window K={low}-{high}; "
+            "collected and kept, and flagged by `sdbench validate`")
 
 
 def user_engine_args(values: dict) -> dict[str, Any]:

@@ -169,6 +169,19 @@ def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, ca
     assert len(err) == 2
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_pytest_names_a_k_outside_the_window_once(pytester, workers):
+    """The CLI's note, in the sdbench summary, once (not once more per xdist worker); the
+    test uses no engine, so none starts."""
+    pytester.makepyfile("def test_nothing(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sdbench-k=4-7",
+                                           *workers)
+    assert result.ret == pytest.ExitCode.OK, result.errlines
+    notes = [line for line in result.outlines if line.startswith("note: ")]
+    assert notes == ["note: --sdbench-k [6, 7] lies outside the import window K=1-5; "
+                     "collected and kept, and flagged by `sdbench validate`"]
+
+
 def test_cli_without_vllm_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "vllm", None)   # as if vLLM were not installed
     assert main(["collect", "--out", str(tmp_path / "out")]) == 2
