@@ -78,7 +78,8 @@ def engine_config(text: str) -> dict[str, Any]:
         else:
             data = json.loads(raw)
     except Exception as exc:  # noqa: BLE001 (any parse error is the file's fault)
-        raise argparse.ArgumentTypeError(f"{text}: not valid YAML/JSON ({exc})") from None
+        detail = " ".join(str(exc).split())   # YAML's errors span lines; the refusal is one
+        raise argparse.ArgumentTypeError(f"{text}: not valid YAML/JSON ({detail})") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise argparse.ArgumentTypeError(f"{text}: expected a mapping of engine argument "
                                          "names to values")
