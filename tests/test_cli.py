@@ -156,6 +156,31 @@ def test_collect_refuses_a_model_directory_without_config(tmp_path, capsys):
     assert f"--model: '{tmp_path}' is not a checkpoint directory with a config.json" in err
 
 
+class EngineNotStarted(RuntimeError):
+    """The sentinel a fake start_engine raises once it has seen the spec."""
+
+
+def test_collect_tp_reaches_the_engine_spec(tmp_path, monkeypatch, capsys):
+    """`sdbench collect --tp 2` asks the engine start for two ranks (no engine starts: the
+    start is replaced by one that keeps the spec and refuses)."""
+    from pytest_sdbench import engine, session
+    started = []
+
+    def start_engine(spec):
+        started.append(spec)
+        raise EngineNotStarted("the test stops here")
+    monkeypatch.setattr(engine, "start_engine", start_engine)
+    monkeypatch.setattr(session, "check_vllm_installed", lambda: None)
+    monkeypatch.setenv(session.MODEL_ROOT_ENV, str(tmp_path / "models"))
+    code = main(["collect", "--tp", "2", "--preset", "tiny", "--out", str(tmp_path / "out")])
+    assert code == 1
+    assert "the engine did not start: " in capsys.readouterr().err
+    (spec,) = started
+    assert spec.tensor_parallel_size == 2
+    assert spec.preset == "tiny"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
 def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path):
