@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from .options import add_cli_options, user_engine_args
+from .options import add_cli_options, k_window_note, user_engine_args
 from .wire.contract import K_WINDOW, MAX_REPORTED_VIOLATIONS, STATUS_COMPLETE
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="sdbench-artifacts", metavar="DIR")
     v = sub.add_parser("validate", help="check artifacts against the contract")
     v.add_argument("paths", nargs="+", metavar="PATH")
-    v.add_argument("--k-window", type=_k_window, default=(1, 5), metavar="LOW-HIGH",
+    v.add_argument("--k-window", type=_k_window, default=K_WINDOW, metavar="LOW-HIGH",
                    help="the consumer's draft-depth import window; K outside is flagged")
     s = sub.add_parser("show", help="print an artifact as a table")
     s.add_argument("path", metavar="PATH")
@@ -93,11 +93,9 @@ def cmd_collect(args) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
     from .session import InputError, check_inputs, check_vllm_installed, engine_spec
-    low, high = K_WINDOW
-    outside = [k for k in args.k if not low <= k <= high]
-    if outside:
-        _err(f"sdbench collect: note: --k {outside} lies outside the import window "
-             f"K={low}-{high}; collected and kept, and flagged by `sdbench validate`")
+    note = k_window_note(args.k, cli=True)
+    if note:
+        _err(f"sdbench collect: note: {note}")
     try:   # everything checkable before an engine starts (15-90 s)
         check_vllm_installed()
         check_inputs(vars(args), cli=True, out_dir=args.out)
@@ -253,6 +251,24 @@ def _table(a) -> str:
                      f"{o.timing.seconds * 1e3:>9.3f} {o.graph_mode:>9}")
     for s in a.coverage.skipped_points:
         lines.append(f"{s.phase}[{s.point_index}]  SKIPPED: {s.reason}")
+    if a.summaries:
+        lines += ["", _summary_table(a)]
+    return "\n".join(lines)
+
+
+SUMMARY_HEADER = "repeat summary"
+
+
+def _summary_table(a) -> str:
+    """Each point's retained steps summarised (schema v4 summaries): samples, median,
+    coefficient of variation, min and max."""
+    lines = [f"{SUMMARY_HEADER:<16} {'n':>3} {'median ms':>10} {'cv %':>7} {'min ms':>10} "
+             f"{'max ms':>10}"]
+    for s in a.summaries:
+        name = f"{s.phase}[{s.point_index}]"
+        lines.append(f"{name:<16} {s.samples:>3} {s.median_seconds * 1e3:>10.3f} "
+                     f"{s.cv * 100:>7.2f} {s.min_seconds * 1e3:>10.3f} "
+                     f"{s.max_seconds * 1e3:>10.3f}")
     return "\n".join(lines)
 
 

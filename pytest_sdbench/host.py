@@ -145,9 +145,10 @@ def gpu_for_worker(worker_index: int, workers: int, visible: list[str]) -> str:
     return visible[worker_index]
 
 
-def _nvml_handle(pynvml, torch_index: int):
-    """NVML numbers devices physically and ignores CUDA_VISIBLE_DEVICES; torch counts only
-    the visible ones, in that variable's order."""
+def nvml_handle(pynvml, torch_index: int):
+    """The NVML handle of torch's device `torch_index`: NVML numbers devices physically and
+    ignores CUDA_VISIBLE_DEVICES; torch counts only the visible ones, in that variable's
+    order (an xdist worker sees only its own GPU, as torch index 0)."""
     visible = os.environ.get(CUDA_VISIBLE_ENV)
     if visible is None:
         return pynvml.nvmlDeviceGetHandleByIndex(torch_index)
@@ -165,7 +166,7 @@ def _gpu_processes(gpu_indices: tuple[int, ...], own_pids: tuple[int, ...] = ())
         pynvml.nvmlInit()
         pids = set()
         for index in gpu_indices:
-            handle = _nvml_handle(pynvml, index)
+            handle = nvml_handle(pynvml, index)
             pids |= {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
     except Exception:  # noqa: BLE001 (no NVML, or it cannot tell: unknown, not zero)
         return None

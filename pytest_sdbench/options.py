@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine.presets import AUTO_PRESET, PRESETS
-from .wire.contract import DEFAULT_DRAFT_DEPTH, DEFAULT_REPEATS, MODE_AGG, MODES
+from .wire.contract import DEFAULT_DRAFT_DEPTH, DEFAULT_REPEATS, K_WINDOW, MODE_AGG, MODES
 
 PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
 
@@ -78,7 +78,8 @@ def engine_config(text: str) -> dict[str, Any]:
         else:
             data = json.loads(raw)
     except Exception as exc:  # noqa: BLE001 (any parse error is the file's fault)
-        raise argparse.ArgumentTypeError(f"{text}: not valid YAML/JSON ({exc})") from None
+        detail = " ".join(str(exc).split())   # YAML's errors span lines; the refusal is one
+        raise argparse.ArgumentTypeError(f"{text}: not valid YAML/JSON ({detail})") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise argparse.ArgumentTypeError(f"{text}: expected a mapping of engine argument "
                                          "names to values")
@@ -135,8 +136,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("vllm-defaults", "run a preset as vLLM serves it: drop the preset's oracle limits "
            "(KV size, batch and length caps, eager); vLLM's defaults on the device apply",
            default=False, action="store_true"),
-    Option("cuda-graphs", "oracle presets on CUDA: run with CUDA graphs (default eager); "
-           "engines outside the presets' test limits follow vLLM's own default",
+    Option("cuda-graphs", "oracle presets on CUDA: run with CUDA graphs (default eager; "
+           "refused without CUDA); engines outside the presets' test limits follow vLLM's "
+           "own default",
            default=False, action="store_true"),
     Option("acceptance-length", "CUDA: synthetic acceptance length for decode points",
            type=float, metavar="AL"),
@@ -164,6 +166,17 @@ def add_cli_options(parser: argparse.ArgumentParser, command: str) -> None:
 def spelled(name: str, cli: bool) -> str:
     """How the user spells an option in pytest or in the CLI (for error messages)."""
     return (CLI_PREFIX if cli else PYTEST_PREFIX) + name
+
+
+def k_window_note(depths: tuple[int, ...], cli: bool) -> str | None:
+    """What to tell the user of draft depths outside the consumer's import window (None:
+    all inside): they are collected all the same, and `sdbench validate` flags them."""
+    low, high = K_WINDOW
+    outside = [k for k in depths if not low <= k <= high]
+    if not outside:
+        return None
+    return (f"{spelled('k', cli)} {outside} lies outside the import window K={low}-{high}; "
+            "collected and kept, and flagged by `sdbench validate`")
 
 
 def user_engine_args(values: dict) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from . import hooks, vram
-from .options import OPTIONS, add_pytest_options, user_engine_args
+from .options import OPTIONS, add_pytest_options, k_window_note, user_engine_args
 
 # The run's sdbench summary, by section; xdist workers hand theirs to the controller under
 # one workeroutput key.
@@ -72,6 +72,9 @@ def pytest_configure(config):
     config.stash[SWEEP_RUNS] = []
     _assign_gpu(config)
     _check_inputs(config)
+    note = k_window_note(config.getoption("sdbench_k"), cli=False)
+    if note and not hasattr(config, "workerinput"):   # the controller's, once (not per worker)
+        config.stash[SUMMARY]["note"].append(note)
 
 
 def _assign_gpu(config) -> None:

@@ -31,7 +31,13 @@ from .points import EngineLimits, Grid, GridError, default_grid, derived_grid, l
 from .testing import restoration_violations
 from .vram import cuda_available
 from .wire import typed
-from .wire.contract import DEFAULT_DRAFT_DEPTH, PHASES, PHASES_BY_MODE, REVISION_PATTERN
+from .wire.contract import (
+    DEFAULT_DRAFT_DEPTH,
+    PHASE_DECODE,
+    PHASES,
+    PHASES_BY_MODE,
+    REVISION_PATTERN,
+)
 from .wire.model import SkippedPoint, utc_now
 
 MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
@@ -82,7 +88,7 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
     with vLLM's defaults. The user's engine arguments apply over either. Raises InputError
     (check_engine_choices)."""
     check_engine_choices(dict(model=model, draft=draft, k=(draft_depth,),
-                              acceptance_length=acceptance_length,
+                              cuda_graphs=cuda_graphs, acceptance_length=acceptance_length,
                               target_revision=target_revision, draft_revision=draft_revision),
                          cli)
     device = "cuda" if cuda_available() else "cpu"
@@ -129,8 +135,8 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
 
 
 def check_engine_choices(values: dict, cli: bool) -> None:
-    """The model pair and its architectures, the acceptance length on this device and for
-    each K, the revisions."""
+    """The model pair and its architectures, CUDA graphs and the acceptance length on this
+    device (the latter for each K), the revisions."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     model, draft = values.get("model"), values.get("draft")
     if (model is None) != (draft is None):
@@ -143,6 +149,9 @@ def check_engine_choices(values: dict, cli: bool) -> None:
         if value is not None and not re.fullmatch(REVISION_PATTERN, value):
             raise InputError(f"{opt(name)}: a revision is a full 40-hex git commit, got "
                              f"{value!r}")
+    if values.get("cuda_graphs") and not cuda_available():
+        raise InputError(f"{opt('cuda-graphs')}: CUDA graphs are captured on a CUDA device; "
+                         f"this machine has none (vLLM's CPU engine runs eager)")
     depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
     al = values.get("acceptance_length")
     if al is not None:
@@ -160,10 +169,18 @@ def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, op
         check_grid_for_mode(grid, mode)
     except GridError as exc:
         raise InputError(f"{opt('grid')}: {exc}") from None
-    if len(depths) == 1:   # a sweep's manifest is checked per K, on each engine
+    phases = PHASES_BY_MODE.get(mode or "agg", ())
+    decode = grid.decode if PHASE_DECODE in phases else ()
+    if len(depths) > 1 and decode:
+        # A decode point names its K and an engine runs one K: no engine of the sweep
+        # could run every decode point of the manifest.
+        raise InputError(f"{opt('k')} {','.join(map(str, depths))} with {opt('grid')}: a K "
+                         f"sweep runs one engine per K, but the grid's decode points name "
+                         f"their K (decode[0].draft_depth is {decode[0].draft_depth}); give one "
+                         f"K, or a grid without decode points")
+    if len(depths) == 1:
         (k,) = depths
-        phases = PHASES_BY_MODE.get(mode or "agg", ())
-        for i, d in enumerate(grid.decode if "decode" in phases else ()):
+        for i, d in enumerate(decode):
             if d.draft_depth != k:
                 raise InputError(f"{opt('grid')}: decode[{i}].draft_depth is {d.draft_depth}, "
                                  f"the engine runs K={k} ({opt('k')})")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 
+from .host import nvml_handle
+
 GIB = 1 << 30
 
 
@@ -20,7 +22,7 @@ def cuda_available() -> bool:
 
 class PeakSampler:
     """Samples the devices' used memory every `interval` seconds; `peaks_gib` is each
-    device's max, `peak_gib` the largest of them."""
+    device's max (by torch index), `peak_gib` the largest of them."""
 
     def __init__(self, device_indices: tuple[int, ...] = (0,), interval: float = 0.005):
         import pynvml
@@ -28,7 +30,8 @@ class PeakSampler:
             raise ValueError("device_indices: sample at least one device, got none")
         pynvml.nvmlInit()
         self._nvml = pynvml
-        self._handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in device_indices}
+        # The indices are torch's (the engine's devices), not NVML's physical ones.
+        self._handles = {i: nvml_handle(pynvml, i) for i in device_indices}
         self._interval = interval
         self._stop = threading.Event()
         self.baseline_bytes = self.used_bytes()

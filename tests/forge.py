@@ -122,3 +122,24 @@ def scale_times(data: dict, factor: float) -> None:
     for name in ("elapsed_seconds", "timed_seconds"):
         if data.get(name) is not None:
             data[name] *= factor
+
+
+def repeat_points(data: dict, factors: tuple[float, ...]) -> dict:
+    """Every point measured len(factors)+1 times: repeat r's time is the original time
+    scaled by factors[r-1] (repeat 0 keeps it), each repeat a native iteration of its own;
+    the policy's repeats and the summaries follow (sums and digests: cohere)."""
+    next_id = 1 + max_native_id(data)
+    for phase in PHASES:
+        extra = []
+        for obs in data[phase]:
+            for r, factor in enumerate(factors, start=1):
+                twin = copy.deepcopy(obs)
+                twin["repeat"] = r
+                set_native_id(twin, next_id)
+                twin["timing"]["seconds"] = obs["timing"]["seconds"] * factor
+                next_id += 1
+                extra.append(twin)
+        data[phase] += extra
+    data["measurement_policy"]["repeats"] = len(factors) + 1
+    resummarize(data)
+    return data

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench.cli import main
+from pytest_sdbench.cli import SUMMARY_HEADER, main
 
 from . import forge
 from .conftest import FIXTURES
@@ -58,10 +58,50 @@ def test_validate_marks_legacy(capsys):
 
 def test_show_prints_a_row_per_point(capsys):
     assert main(["show", str(REAL)]) == 0
-    out = capsys.readouterr().out
-    assert out.count("prefill[") == 8
-    assert out.count("decode[") == 4
-    assert "KV capacity: " in out
+    points, _summaries = capsys.readouterr().out.split(SUMMARY_HEADER)
+    assert points.count("prefill[") == 8
+    assert points.count("decode[") == 4
+    assert "KV capacity: " in points
+
+
+def _summary_rows(out: str) -> dict[str, list[float]]:
+    """The repeat-summary rows `sdbench show` printed: point -> n, median ms, cv %, min ms,
+    max ms."""
+    rows = out.split(SUMMARY_HEADER, 1)[1].splitlines()[1:]
+    return {name: [float(x) for x in values]
+            for name, *values in (row.split() for row in rows if row.strip())}
+
+
+def _printed(summary: dict) -> list[float]:
+    """A summary of the artifact as show rounds it."""
+    return [summary["samples"], round(summary["median_seconds"] * 1e3, 3),
+            round(summary["cv"] * 100, 2), round(summary["min_seconds"] * 1e3, 3),
+            round(summary["max_seconds"] * 1e3, 3)]
+
+
+def test_show_prints_each_points_repeat_summary(capsys):
+    assert main(["show", str(REAL)]) == 0
+    rows = _summary_rows(capsys.readouterr().out)
+    summaries = json.loads(REAL.read_text())["summaries"]
+    assert len(rows) == len(summaries) == 12
+    for s in summaries:
+        assert rows[f"{s['phase']}[{s['point_index']}]"] == _printed(s)
+
+
+def test_show_prints_the_spread_of_repeats(tmp_path, capsys):
+    """Three repeats of unequal times: median, min and max differ, and the CV is not 0."""
+    data = forge.cohere(forge.repeat_points(json.loads(REAL.read_text()), (1.5, 0.8)))
+    path = tmp_path / "repeated.json"
+    path.write_text(json.dumps(data))
+    assert main(["show", str(path)]) == 0
+    rows = _summary_rows(capsys.readouterr().out)
+    (summary,) = (s for s in data["summaries"] if (s["phase"], s["point_index"]) ==
+                  ("decode", 1))
+    n, median, cv, low, high = rows["decode[1]"]
+    assert n == 3
+    assert low < median < high
+    assert cv > 0
+    assert rows["decode[1]"] == _printed(summary)
 
 
 def test_compare_fails_on_regression(tmp_path, capsys):
@@ -114,6 +154,31 @@ def test_collect_refuses_a_model_directory_without_config(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert f"--model: '{tmp_path}' is not a checkpoint directory with a config.json" in err
+
+
+class EngineNotStarted(RuntimeError):
+    """The sentinel a fake start_engine raises once it has seen the spec."""
+
+
+def test_collect_tp_reaches_the_engine_spec(tmp_path, monkeypatch, capsys):
+    """`sdbench collect --tp 2` asks the engine start for two ranks (no engine starts: the
+    start is replaced by one that keeps the spec and refuses)."""
+    from pytest_sdbench import engine, session
+    started = []
+
+    def start_engine(spec):
+        started.append(spec)
+        raise EngineNotStarted("the test stops here")
+    monkeypatch.setattr(engine, "start_engine", start_engine)
+    monkeypatch.setattr(session, "check_vllm_installed", lambda: None)
+    monkeypatch.setenv(session.MODEL_ROOT_ENV, str(tmp_path / "models"))
+    code = main(["collect", "--tp", "2", "--preset", "tiny", "--out", str(tmp_path / "out")])
+    assert code == 1
+    assert "the engine did not start: " in capsys.readouterr().err
+    (spec,) = started
+    assert spec.tensor_parallel_size == 2
+    assert spec.preset == "tiny"
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow

@@ -17,8 +17,8 @@ from pytest_sdbench.artifact import validate_data
 from pytest_sdbench.cli import main
 from pytest_sdbench.export import aisimulate
 from pytest_sdbench.wire import typed
-from pytest_sdbench.wire.model import summarize
 
+from . import forge
 from .conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -406,35 +406,11 @@ def test_resolved_revisions_are_the_artifacts_and_must_be_pinned(capsys, tmp_pat
             "(vllm_config.model_config.revision)) is not a pinned 40-hex commit") in out
 
 
-def _repeated(data: dict, factors: tuple[float, ...]) -> dict:
-    """The artifact measured len(factors)+1 times a point: repeat r's time is the original
-    time scaled by factors[r-1] (repeat 0 keeps it)."""
-    next_id = 1 + max(o["native_iteration_id"] for p in ("prefill", "decode") for o in data[p])
-    for phase in ("prefill", "decode"):
-        extra = []
-        for obs in data[phase]:
-            for r, factor in enumerate(factors, start=1):
-                twin = copy.deepcopy(obs)
-                twin["repeat"] = r
-                twin["native_iteration_id"] = twin["snapshot"]["native_iteration_id"] = \
-                    twin["timing"]["native_iteration_id"] = next_id
-                twin["timing"]["seconds"] = obs["timing"]["seconds"] * factor
-                next_id += 1
-                extra.append(twin)
-        data[phase] += extra
-    data["measurement_policy"]["repeats"] = len(factors) + 1
-    data["summaries"] = [typed.encode(summarize(phase, index, [
-        o["timing"]["seconds"] for o in data[phase] if o["point_index"] == index]))
-        for phase in ("prefill", "decode")
-        for index in sorted({o["point_index"] for o in data[phase]})]
-    return data
-
-
 @pytest.mark.parametrize("factors, want_repeat", [((1.5, 1.2), 2), ((0.9, 1.4, 0.8), 1)],
                          ids=["3-repeats-median", "4-repeats-lower-median"])
 def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data, factors,
                                              want_repeat):
-    data = _repeated(cpu_artifact_data, factors)
+    data = forge.repeat_points(cpu_artifact_data, factors)
     path = reseal(data, tmp_path)
     code, out = export(capsys, [path], tmp_path / "out", "--envelope-only")
     assert code == 0, out

@@ -16,11 +16,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
+from pytest_sdbench.session import InputError, check_inputs
 
 SUBPROCESS_TIMEOUT = 600
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -60,6 +62,9 @@ def _pytest_cases(tmp_path):
         "acceptance length on CPU": (["--sdbench-acceptance-length=2"],
                                      "--sdbench-acceptance-length: vLLM's synthetic rejection "
                                      "sampler runs on CUDA only"),
+        "CUDA graphs on CPU": (["--sdbench-cuda-graphs"],
+                               "--sdbench-cuda-graphs: CUDA graphs are captured on a CUDA "
+                               "device; this machine has none"),
         **({"unsupported architecture": ([f"--sdbench-model={target}",
                                           f"--sdbench-draft={draft}"],
                                          "--sdbench-model: architecture 'FooBarForCausalLM' "
@@ -70,6 +75,9 @@ def _pytest_cases(tmp_path):
         "decode point of another K": ([f"--sdbench-grid={_grid(tmp_path)}", "--sdbench-k=2"],
                                       "--sdbench-grid: decode[0].draft_depth is 3, the engine "
                                       "runs K=2 (--sdbench-k)"),
+        "K sweep with decode points": ([f"--sdbench-grid={_grid(tmp_path)}", "--sdbench-k=1-5"],
+                                       "--sdbench-k 1,2,3,4,5 with --sdbench-grid: a K sweep "
+                                       "runs one engine per K, but the grid's decode points"),
     }
 
 
@@ -99,12 +107,19 @@ def _cli_cases(tmp_path):
                        "sdbench collect: --grid: the grid holds no prefill or decode point"),
         "acceptance length on CPU": (["--acceptance-length", "2", "--out", out],
                                      "sdbench collect: --acceptance-length: vLLM's synthetic"),
+        "CUDA graphs on CPU": (["--cuda-graphs", "--out", out],
+                               "sdbench collect: --cuda-graphs: CUDA graphs are captured on a "
+                               "CUDA device; this machine has none"),
         **({"unsupported architecture": (["--model", str(target), "--draft", str(draft),
                                           "--out", out],
                                          "sdbench collect: --model: architecture "
                                          "'FooBarForCausalLM'")} if HAVE_VLLM else {}),
         "model without draft": (["--model", str(target), "--out", out],
                                 "sdbench collect: --model and --draft go together"),
+        "K sweep with decode points": (["--grid", _grid(tmp_path), "--k", "1,3", "--out", out],
+                                       "sdbench collect: --k 1,3 with --grid: a K sweep runs "
+                                       "one engine per K, but the grid's decode points name "
+                                       "their K (decode[0].draft_depth is 3)"),
         "out is a file": (["--out", str(tmp_path / "a-file" / "sub")],
                           f"sdbench collect: --out: {tmp_path / 'a-file' / 'sub'} cannot be "
                           f"created: {tmp_path / 'a-file'} is not a directory"),
@@ -121,6 +136,29 @@ def test_cli_refuses_bad_input_with_one_line_and_exit_2(tmp_path, capsys):
         assert not (tmp_path / "out").exists(), case
 
 
+def test_a_k_sweep_takes_a_grid_without_decode_points(tmp_path):
+    """Prefill points carry no K: every engine of the sweep runs them. So do decode points
+    that the mode leaves out."""
+    prefill = [{"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 0}]
+    decode = json.loads(Path(_grid(tmp_path)).read_text())["decode"]
+    only_prefill, both = tmp_path / "prefill.json", tmp_path / "both.json"
+    only_prefill.write_text(json.dumps({"prefill": prefill}))
+    both.write_text(json.dumps({"prefill": prefill, "decode": decode}))
+    check_inputs({"grid": str(only_prefill), "mode": "agg", "k": (1, 2)}, cli=True)
+    check_inputs({"grid": str(both), "mode": "prefill", "k": (1, 2)}, cli=True)
+    for mode in ("agg", "decode"):
+        with pytest.raises(InputError, match=r"^--k 1,2 with --grid: a K sweep"):
+            check_inputs({"grid": str(both), "mode": mode, "k": (1, 2)}, cli=True)
+
+
+def test_an_engine_spec_with_cuda_graphs_needs_cuda(monkeypatch):
+    """engine_spec checks it too (the benchmark builds specs without check_inputs)."""
+    from pytest_sdbench import session
+    monkeypatch.setattr(session, "cuda_available", lambda: False)
+    with pytest.raises(InputError, match=r"^--cuda-graphs: CUDA graphs are captured on a "):
+        session.engine_spec(preset="tiny", cuda_graphs=True, cli=True)
+
+
 def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, capsys):
     assert main(["collect", "--k", "99", "--grid", str(tmp_path), "--out",
                  str(tmp_path / "out")]) == 2
@@ -129,6 +167,19 @@ def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, ca
                       "collected and kept, and flagged by `sdbench validate`")
     assert err[1].startswith("sdbench collect: --grid: ")
     assert len(err) == 2
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_pytest_names_a_k_outside_the_window_once(pytester, workers):
+    """The CLI's note, in the sdbench summary, once (not once more per xdist worker); the
+    test uses no engine, so none starts."""
+    pytester.makepyfile("def test_nothing(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sdbench-k=4-7",
+                                           *workers)
+    assert result.ret == pytest.ExitCode.OK, result.errlines
+    notes = [line for line in result.outlines if line.startswith("note: ")]
+    assert notes == ["note: --sdbench-k [6, 7] lies outside the import window K=1-5; "
+                     "collected and kept, and flagged by `sdbench validate`"]
 
 
 def test_cli_without_vllm_says_so_in_one_line(tmp_path, monkeypatch, capsys):
@@ -304,6 +355,7 @@ FULL_DISK = """
 import errno, sys
 from pytest_sdbench import session
 from pytest_sdbench.cli import main
+from pytest_sdbench.session import InputError, check_inputs
 
 real = session.write_artifact
 

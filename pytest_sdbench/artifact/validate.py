@@ -38,6 +38,7 @@ from ..wire.contract import (
     GRAPH_EAGER,
     GRAPH_MODES_BY_DEVICE,
     IDENTITY_RESOLVED,
+    K_WINDOW,
     KV_SEED_NONE,
     KV_SEED_REAL,
     KV_SEED_REGIMES,
@@ -75,7 +76,7 @@ from ..wire.shape import decode_mismatch, prefill_mismatch
 from ..wire.typed import digest
 
 # A consumer's draft-depth import window; K outside it is flagged, never dropped.
-DEFAULT_K_WINDOW = (1, 5)
+DEFAULT_K_WINDOW = K_WINDOW
 V1 = LEGACY_SCHEMA_VERSIONS[1]
 Err = Callable[[str], None]
 
