@@ -28,6 +28,9 @@ H200_GRAPH = ROOT / "docs/evidence/h200/artifacts-graph/sdbench-agg-150af679fb5a
 H200_DECODE = ROOT / "docs/evidence/h200/artifacts-eager/sdbench-decode-8df99a8a7f48.json"
 REV_T, REV_D = "1" * 40, "2" * 40
 REVISIONS = ["--target-revision", REV_T, "--draft-revision", REV_D]
+# Presets run with dummy weights: an export of any kind, envelopes included, needs both.
+ENVELOPES = ["--envelope-only", *REVISIONS]
+USER_REVISIONS = {"target_revision": REV_T, "draft_revision": REV_D}
 # The v3 H200 oracle runs of the qwen3-0.6b preset (see tests/consumer for where each
 # value comes from); a v3 artifact does not record them, so the user gives them.
 V3_FACTS = [arg for fact in ("max_num_seqs=8", "max_num_batched_tokens=2048",
@@ -94,6 +97,31 @@ def test_refusals_name_every_unresolved_fact(capsys, tmp_path):
         assert field in out, field
     assert "9 reason(s)" in out
     assert written(tmp_path) == []
+
+
+def test_envelopes_need_both_revisions_too(capsys, tmp_path):
+    """A dummy-weight preset has no revision: even an envelope-only export is refused until
+    the user gives both (the engine facts stay optional there)."""
+    code, out = export(capsys, [CPU], tmp_path, "--envelope-only")
+    assert code == 1
+    assert "2 reason(s)" in out
+    for role, option in (("target", "--target-revision REV"), ("draft", "--draft-revision REV")):
+        assert (f"identity.{role}.revision: unresolved (local checkpoint without a revision"
+                in out), role
+        assert f"pass {option}, recorded with source 'user'" in out, role
+    code, out = export(capsys, [CPU], tmp_path, "--envelope-only", "--target-revision", REV_T)
+    assert code == 1
+    assert "1 reason(s)" in out
+    assert "identity.draft.revision: unresolved" in out
+    assert written(tmp_path) == []
+
+
+def test_envelopes_refuse_an_unpinned_revision(capsys, tmp_path):
+    path = _with_revisions(tmp_path, "main", "vllm_config.model_config.revision")
+    code, out = export(capsys, [path], tmp_path / "out", "--envelope-only")
+    assert code == 1
+    assert "identity.target.revision: 'main' (artifact identity.target.revision" in out
+    assert written(tmp_path / "out") == []
 
 
 def test_user_fact_never_overrides_a_resolved_one(capsys, tmp_path):
@@ -165,7 +193,7 @@ def test_colliding_points_are_refused_naming_both(capsys, tmp_path):
     assert code == 1
     assert ("decode[0] (B=1 ctx=256 K=3 AL=2.78) and decode[4] (B=1 ctx=256 K=3 AL=1) land "
             "on one consumer coordinate (batch 1, new 0, KV 256)") in out
-    code, out = export(capsys, [sweep], tmp_path / "out", "--envelope-only",
+    code, out = export(capsys, [sweep], tmp_path / "out", *ENVELOPES,
                        "--acceptance-length", "2.78")
     assert code == 0, out
     run_id = json.loads(sweep.read_text())["run_id"]
@@ -185,7 +213,7 @@ def test_mixed_graph_modes_are_refused_unless_labelled(capsys, tmp_path):
     assert code == 1
     assert ("decode.graph_mode: steps ran in 2 modes (eager at points [3]; full at points "
             "[0, 1, 2])") in out
-    code, out = export(capsys, [H200_GRAPH], tmp_path, "--envelope-only",
+    code, out = export(capsys, [H200_GRAPH], tmp_path, *ENVELOPES,
                        "--allow-mixed-graph-modes")
     assert code == 0, out
     root = tmp_path / json.loads(H200_GRAPH.read_text())["run_id"]
@@ -214,7 +242,7 @@ def test_one_phase_artifact_is_refused_as_a_table(capsys, tmp_path):
                        *V3_FACTS)
     assert code == 1
     assert "mode: 'decode'; the consumer's loader needs prefill and decode" in out
-    code, out = export(capsys, [H200_DECODE], tmp_path, "--envelope-only")
+    code, out = export(capsys, [H200_DECODE], tmp_path, *ENVELOPES)
     assert code == 0, out
 
 
@@ -254,7 +282,7 @@ def _envelopes(root: Path, manifest: dict) -> dict:
 
 
 def test_envelopes_map_each_observation_exactly(capsys, tmp_path):
-    code, out = export(capsys, [CPU], tmp_path, "--envelope-only", "--target-revision", REV_T)
+    code, out = export(capsys, [CPU], tmp_path, *ENVELOPES)
     assert code == 0, out
     data = json.loads(CPU.read_text())
     root = tmp_path / data["run_id"]
@@ -263,7 +291,8 @@ def test_envelopes_map_each_observation_exactly(capsys, tmp_path):
     assert manifest["mode"] == "envelope_only"
     assert manifest["table"] is None
     assert manifest["facts"]["target_revision"] == {"value": REV_T, "source": "user"}
-    assert manifest["user_facts"] == ["target_revision"]
+    assert manifest["facts"]["draft_revision"] == {"value": REV_D, "source": "user"}
+    assert manifest["user_facts"] == ["draft_revision", "target_revision"]
     assert not (root / "fpm_profile.json").exists()
     assert not (root / "systems").exists()
     for phase, envelope in _envelopes(root, manifest).items():
@@ -436,7 +465,7 @@ def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data
                                              want_repeat):
     data = _repeated(cpu_artifact_data, factors)
     path = reseal(data, tmp_path)
-    code, out = export(capsys, [path], tmp_path / "out", "--envelope-only")
+    code, out = export(capsys, [path], tmp_path / "out", *ENVELOPES)
     assert code == 0, out
     root = tmp_path / "out" / data["run_id"]
     manifest = json.loads((root / "import-manifest.json").read_text())
@@ -496,7 +525,7 @@ def test_never_an_autoregressive_identity():
 def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
         capsys, tmp_path, monkeypatch):
     out = tmp_path / "out"
-    assert export(capsys, [CPU], out, "--envelope-only")[0] == 0
+    assert export(capsys, [CPU], out, *ENVELOPES)[0] == 0
     run_id = json.loads(CPU.read_text())["run_id"]
     before = (out / run_id / "import-manifest.json").read_text()
 
@@ -504,11 +533,13 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
         raise OSError("disk full")
     monkeypatch.setattr(aisimulate, "build_envelope", broken)
     with pytest.raises(OSError, match="disk full"):
-        aisimulate.export_artifact(CPU, out, aisimulate.ExportOptions(envelope_only=True))
+        aisimulate.export_artifact(CPU, out, aisimulate.ExportOptions(
+            envelope_only=True, user_facts=USER_REVISIONS))
     assert written(out) == [run_id]     # no staging folder left, the old export intact
     assert (out / run_id / "import-manifest.json").read_text() == before
     monkeypatch.undo()
-    assert export(capsys, [CPU], out, "--envelope-only", "--target-revision", REV_T)[0] == 0
+    assert export(capsys, [CPU], out, "--envelope-only", "--target-revision", REV_T,
+                  "--draft-revision", "3" * 40)[0] == 0
     assert written(out) == [run_id]
     manifest = json.loads((out / run_id / "import-manifest.json").read_text())
-    assert manifest["user_facts"] == ["target_revision"]
+    assert manifest["facts"]["draft_revision"]["value"] == "3" * 40

@@ -149,7 +149,8 @@ FACTS: dict[str, FactSpec] = {
     "kv_bytes_per_token": FactSpec("kv_capacity.bytes_per_token",
                                    "--fact kv_bytes_per_token=N", int),
 }
-USER_FACT_NAMES = tuple(name for name in FACTS if not name.endswith("_revision"))
+REVISION_FACTS = ("target_revision", "draft_revision")
+USER_FACT_NAMES = tuple(name for name in FACTS if name not in REVISION_FACTS)
 
 
 def parse_user_fact(text: str) -> tuple[str, object]:
@@ -165,7 +166,7 @@ def parse_user_fact(text: str) -> tuple[str, object]:
 def check_user_value(name: str, raw: str) -> object:
     spec = FACTS[name]
     if spec.parse is str:
-        if name.endswith("_revision") and not re.fullmatch(REVISION_PATTERN, raw):
+        if name in REVISION_FACTS and not re.fullmatch(REVISION_PATTERN, raw):
             raise UnusableInput(f"{spec.option.split()[0]}: a revision is a full 40-hex git "
                                 f"commit, got {raw!r}")
         if not raw:
@@ -485,17 +486,26 @@ class Deployment:
     configs: dict[str, tuple[bytes, str]]        # role -> (config.json bytes, source)
 
 
-def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) -> Deployment:
+def resolve_facts(a: Artifact, options: ExportOptions, reasons: list[str]) -> dict[str, Fact]:
+    """The facts an export records. Both revisions are required in every mode, envelopes
+    included: an export names the checkpoints it measured by commit, or is refused. The
+    engine facts are required by the table only (envelopes record those at hand)."""
     facts: dict[str, Fact] = {}
     for name in FACTS:
-        fact = resolve_fact(a, name, options.user_facts, reasons)
+        required = name in REVISION_FACTS or not options.envelope_only
+        fact = resolve_fact(a, name, options.user_facts, reasons, required=required)
         if fact is not None:
             facts[name] = fact
-    for role in ("target", "draft"):
-        revision = facts.get(f"{role}_revision")
+    for name in REVISION_FACTS:
+        revision = facts.get(name)
         if revision is not None and not re.fullmatch(REVISION_PATTERN, str(revision.value)):
-            reasons.append(f"identity.{role}.revision: {revision.value!r} ({revision.source}) is "
+            reasons.append(f"{FACTS[name].path}: {revision.value!r} ({revision.source}) is "
                            "not a pinned 40-hex commit; the consumer pins checkpoints by commit")
+    return facts
+
+
+def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) -> Deployment:
+    facts = resolve_facts(a, options, reasons)
     _system_fact(a, options, facts, reasons)
     for name, path in (("engine_version", "identity.engine_version"),
                        ("architecture", "identity.target.architecture")):
@@ -850,8 +860,7 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     check(artifact, selected, options, reasons)
     deployment = None
     if options.envelope_only:
-        facts = {name: fact for name in FACTS if (fact := resolve_fact(
-            artifact, name, options.user_facts, reasons, required=False)) is not None}
+        facts = resolve_facts(artifact, options, reasons)
         if options.system is not None:
             facts["system"] = Fact(options.system, SOURCE_USER)
     else:

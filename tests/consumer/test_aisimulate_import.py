@@ -273,11 +273,16 @@ def test_cpu_artifact_is_refused_and_its_envelopes_import(tmp_path):
     assert "device: 'cpu' (timing source host_perf_counter" in text
     assert not any(tmp_path.iterdir()), "a refused export leaves nothing behind"
     code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--envelope-only")
+    assert code == 1, text     # a preset's dummy weights: no revision, even for envelopes
+    assert "identity.target.revision: unresolved" in text
+    code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--envelope-only", *REVISIONS)
     assert code == 0, text
     run_id = json.loads(CPU_ARTIFACT.read_text())["run_id"]
     manifest = json.loads((tmp_path / run_id / exporter.MANIFEST_FILE).read_text())
     assert manifest["mode"] == "envelope_only"
     assert manifest["table"] is None
+    assert {manifest["facts"][n]["source"] for n in ("target_revision", "draft_revision")} == {
+        "user"}
     for phase, cell in manifest["cells"].items():
         collection = validate_native_collection(
             envelope_cell(cell, phase), tmp_path / run_id / "campaign" / "cells" / cell / "raw",
@@ -445,7 +450,7 @@ def test_one_phase_h200_artifact_is_refused_and_its_envelopes_import(artifact_pa
     code, text = sdbench_export([artifact_path], tmp_path, "--system", SYSTEM, *REVISIONS)
     assert code == 1, text
     assert "mode: " in text
-    code, text = sdbench_export([artifact_path], tmp_path, "--envelope-only",
+    code, text = sdbench_export([artifact_path], tmp_path, "--envelope-only", *REVISIONS,
                                 "--allow-mixed-graph-modes")
     assert code == 0, text
     run_id = json.loads(artifact_path.read_text())["run_id"]
