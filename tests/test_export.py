@@ -208,24 +208,47 @@ def test_colliding_points_are_refused_naming_both(capsys, tmp_path):
     assert "--acceptance-length 3: no decode point was requested at it" in out
 
 
-def test_mixed_graph_modes_are_refused_unless_labelled(capsys, tmp_path):
-    code, out = export(capsys, [H200_GRAPH], tmp_path, "--envelope-only")
+def test_mixed_graph_modes_export_one_mode_at_a_time(capsys, tmp_path, json_table):
+    """The consumer reads no CUDA-graph label and interpolates one curve per cell: a phase
+    that ran in several modes is refused, and exports one mode at a time, the other points
+    listed as left out."""
+    table = ["--system", "h200_sxm", *REVISIONS, *V3_FACTS]
+    code, out = export(capsys, [H200_GRAPH], tmp_path, *table)
     assert code == 1
     assert ("decode.graph_mode: steps ran in 2 modes (eager at points [3]; full at points "
-            "[0, 1, 2])") in out
-    code, out = export(capsys, [H200_GRAPH], tmp_path, *ENVELOPES,
-                       "--allow-mixed-graph-modes")
-    assert code == 0, out
-    root = tmp_path / json.loads(H200_GRAPH.read_text())["run_id"]
-    manifest = json.loads((root / "import-manifest.json").read_text())
-    envelope = json.loads(next((root / "campaign/cells" / manifest["cells"]["decode"])
-                               .glob("raw/*/benchmark.json")).read_text())
-    labels = [(r["point"]["sdbench_graph_mode"], r["point"]["expected_cudagraph_mode"])
-              for r in envelope["results"]]
-    assert labels == [("full", "FULL")] * 3 + [("eager", "NONE")]
-    assert envelope["execution_mode"] == "mixed:eager,full"
-    assert any("graph modes ['eager', 'full'] in one consumer cell" in w
-               for w in manifest["warnings"])
+            "[0, 1, 2]); the consumer reads no CUDA-graph label") in out
+    assert "--graph-mode decode=MODE" in out
+    assert written(tmp_path) == []
+    run_id = json.loads(H200_GRAPH.read_text())["run_id"]
+    for mode, points, left_out in (("full", [0, 1, 2], [3]), ("eager", [3], [0, 1, 2])):
+        code, out = export(capsys, [H200_GRAPH], tmp_path, *table, "--graph-mode",
+                           f"decode={mode}")
+        assert code == 0, out
+        root = tmp_path / f"{run_id}-decode-{mode}"
+        manifest = json.loads((root / "import-manifest.json").read_text())
+        assert manifest["graph_modes"] == {"prefill": "eager", "decode": mode}
+        assert manifest["selection"]["graph_modes"] == {"decode": mode}
+        assert [e.split(" ")[0] for e in manifest["selection"]["left_out"]] == \
+            [f"decode[{i}]" for i in left_out]
+        assert all(e.endswith(f"graph {'eager' if mode == 'full' else 'full'})")
+                   for e in manifest["selection"]["left_out"])
+        envelope = _envelopes(root, manifest)["decode"]
+        assert envelope["execution_mode"] == mode
+        assert [r["point"]["sdbench_point_index"] for r in envelope["results"]] == points
+        rows = json.loads((root / manifest["table"]["parquet"]).with_name("rows.json")
+                          .read_text())
+        assert {r["sdbench_graph_mode"] for r in rows if r["workload_kind"] == "decode"} == \
+            {mode}
+    code, out = export(capsys, [H200_GRAPH], tmp_path / "out", *table,
+                       "--graph-mode", "decode=piecewise")
+    assert code == 1
+    assert ("--graph-mode decode=piecewise: no decode point ran in it (eager at points [3]; "
+            "full at points [0, 1, 2])") in out
+    code, out = export(capsys, [H200_DECODE], tmp_path / "out", *ENVELOPES,
+                       "--graph-mode", "prefill=eager")
+    assert code == 1
+    assert "--graph-mode prefill=eager: the artifact has no prefill phase" in out
+    assert written(tmp_path / "out") == []
 
 
 def test_synthetic_prefix_is_refused(capsys, tmp_path, cpu_artifact_data):
@@ -259,6 +282,14 @@ def test_unusable_inputs_exit_2(capsys, tmp_path):
     code, out = export(capsys, [CPU], tmp_path / "out", "--target-revision", "main")
     assert code == 2
     assert "a revision is a full 40-hex git commit, got 'main'" in out
+    for bad in ("decode", "decode=cudagraph", "draft=full"):
+        code, out = export(capsys, [CPU], tmp_path / "out", "--graph-mode", bad)
+        assert code == 2
+        assert "--graph-mode: expected PHASE=MODE" in out
+    code, out = export(capsys, [CPU], tmp_path / "out", "--graph-mode", "decode=full",
+                       "--graph-mode", "decode=eager")
+    assert code == 2
+    assert "--graph-mode decode: given twice" in out
     code, out = export(capsys, [CPU], tmp_path / "out", "--system", "../h200")
     assert code == 2
     assert "--system" in out
