@@ -2,8 +2,9 @@
 validate_native_collection and select_native_measurements on the envelopes, its collector
 route (aggregate_cell, write_formal_database, validate_formal_database_commit), and its Rust
 loader on the exporter's speculative table at nextn=K, whose every predicted step time must
-equal the measured one. Also: the consumer refuses the counterparts of our refusals, and
-our exporter never writes an autoregressive identity for K > 0.
+equal the measured one. Also: the consumer refuses the counterparts of our refusals, takes
+what only our refusals guard (mixed graph modes, a synthetic prefix: asserted and printed),
+and our exporter never writes an autoregressive identity for K > 0.
 
 Runs only in the consumer's environment (scripts/consumer-test.sh, tox -e consumer); the main
 suite never collects it (tests/conftest.py), because the consumer's wheel registers a
@@ -615,6 +616,92 @@ def test_consumer_takes_a_cell_of_mixed_graph_modes(exported):
     assert modes == {ours, other}
     print(f"consumer ACCEPTS a decode cell of graph modes {sorted(modes)} ({len(kept)} points): "
           "only our export's refusal guards it")
+
+
+def _skip_last(envelope: dict) -> None:
+    """The envelope a run that skipped its last point writes: that point's result gone,
+    the coverage and skipped_points saying so."""
+    last = envelope["results"].pop()
+    envelope["iteration_groups"].pop()
+    expected = envelope["coverage"]["expected_points"]
+    envelope["coverage"].update(completed_points=expected - 1, skipped_points=1)
+    envelope["skipped_points"] = [{"benchmark_id": last["point"]["benchmark_id"],
+                                   "reason": "timing never arrived"}]
+
+
+def _partial(envelope: dict) -> None:
+    _skip_last(envelope)
+    envelope["status"] = "partial"
+
+
+def _complete_but_skipped(envelope: dict) -> None:
+    _skip_last(envelope)
+
+
+def _short_coverage(envelope: dict) -> None:
+    _skip_last(envelope)
+    envelope["skipped_points"] = []
+    envelope["coverage"]["skipped_points"] = 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_partial, "invalid native terminal result envelope"),
+    (_complete_but_skipped, "native result skipped work"),
+    (_short_coverage, "native benchmark coverage is incomplete"),
+], ids=["status-partial", "complete-with-skipped-points", "coverage-short"])
+def test_consumer_refuses_a_partial_envelope(exported, edit, message):
+    """Our refusal of a status other than complete has a consumer counterpart: its
+    validator refuses an envelope that skipped a point, however it is labelled."""
+    _, manifest, _, _ = exported
+    cell, raw, plan = edited_cell(exported, "decode", edit.__name__.strip("_"), edit)
+    refusal = refused(lambda: consumer_validates(manifest, cell, raw, plan))
+    assert message in refusal
+    print(f"{edit.__name__.strip('_')}: validate_native_collection refuses: {refusal}")
+
+
+def test_consumer_takes_a_synthetic_prefix(exported):
+    """Our synthetic-prefix refusal has no counterpart in the consumer's envelope path: a
+    cached prefill result seeded with a fake prefix (Dynamo's fake_prefix, stamped
+    prefill_fake_prefix) passes its validator and selection, and its collector route
+    records the row as n/a, as it records a real prefix. The loader checks the table's
+    label (it refuses a cached prefill row not labelled real_kv), and the table carries no
+    other seed provenance: our export's refusal, and its real_kv label written for verified
+    prefixes only, are the guard."""
+    root, manifest, profile, systems = exported
+    fake = {}
+
+    def seed_fake_prefix(envelope: dict) -> None:
+        index = next(i for i, r in enumerate(envelope["results"])
+                     if r["point"]["total_kv_read_tokens"] > 0)
+        result = envelope["results"][index]
+        assert result["kv_seed_regime"] == "real_prefix"
+        result["kv_seed_regime"] = "fake_prefix"
+        relabel_point(envelope, index, sample_reasons=["explicit", "prefill_fake_prefix"],
+                      sdbench_kv_seed_regime="synthetic_prefix")
+        fake.update(result["point"])
+    cell, raw, plan = edited_cell(exported, "prefill", "synthetic-prefix", seed_fake_prefix)
+    kept = consumer_validates(manifest, cell, raw, plan)
+    taken = [m for m in kept if m.point["benchmark_id"] == fake["benchmark_id"]]
+    assert [m.kv_seed_regime for m in taken] == ["fake_prefix"]
+    print(f"consumer ACCEPTS a fake-prefix cached prefill (B={fake['batch_size']}, new "
+          f"{fake['total_prefill_tokens']}, KV {fake['total_kv_read_tokens']}): "
+          f"validate_native_collection + select_native_measurements kept {len(kept)} points")
+    rows = aggregate_cell(plan, cell, raw.parent, expected_attempt_id=manifest["attempt_id"])
+    cached = {r["kv_seed_regime"] for r in rows if r["total_kv_read_tokens"] > 0}
+    assert cached == {"n/a"}
+    print(f"  its collector route (aggregate_cell) records every cached prefill row, fake or "
+          f"real, as {sorted(cached)}")
+    table = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
+    row = next(r for r in table if r["workload_kind"] == "prefill"
+               and r["total_kv_read_tokens"] > 0)
+    assert row["kv_seed_regime"] == "real_kv"
+    row["kv_seed_regime"] = "n/a"
+    rewrite_table(root, manifest, table)
+    message = refused(lambda: rust_model(manifest, profile, nextn=manifest["nextn"],
+                                         systems=systems))
+    assert "requires real_kv provenance" in message
+    print(f"  its Rust loader reads the table's label only: a cached prefill row labelled "
+          f"n/a: {message[:160]}")
 
 
 def test_consumer_refuses_colliding_coordinates(exported):
