@@ -28,6 +28,9 @@ H200_GRAPH = ROOT / "docs/evidence/h200/artifacts-graph/sdbench-agg-150af679fb5a
 H200_DECODE = ROOT / "docs/evidence/h200/artifacts-eager/sdbench-decode-8df99a8a7f48.json"
 REV_T, REV_D = "1" * 40, "2" * 40
 REVISIONS = ["--target-revision", REV_T, "--draft-revision", REV_D]
+# Presets run with dummy weights: an export of any kind, envelopes included, needs both.
+ENVELOPES = ["--envelope-only", *REVISIONS]
+USER_REVISIONS = {"target_revision": REV_T, "draft_revision": REV_D}
 # The v3 H200 oracle runs of the qwen3-0.6b preset (see tests/consumer for where each
 # value comes from); a v3 artifact does not record them, so the user gives them.
 V3_FACTS = [arg for fact in ("max_num_seqs=8", "max_num_batched_tokens=2048",
@@ -94,6 +97,31 @@ def test_refusals_name_every_unresolved_fact(capsys, tmp_path):
         assert field in out, field
     assert "9 reason(s)" in out
     assert written(tmp_path) == []
+
+
+def test_envelopes_need_both_revisions_too(capsys, tmp_path):
+    """A dummy-weight preset has no revision: even an envelope-only export is refused until
+    the user gives both (the engine facts stay optional there)."""
+    code, out = export(capsys, [CPU], tmp_path, "--envelope-only")
+    assert code == 1
+    assert "2 reason(s)" in out
+    for role, option in (("target", "--target-revision REV"), ("draft", "--draft-revision REV")):
+        assert (f"identity.{role}.revision: unresolved (local checkpoint without a revision"
+                in out), role
+        assert f"pass {option}, recorded with source 'user'" in out, role
+    code, out = export(capsys, [CPU], tmp_path, "--envelope-only", "--target-revision", REV_T)
+    assert code == 1
+    assert "1 reason(s)" in out
+    assert "identity.draft.revision: unresolved" in out
+    assert written(tmp_path) == []
+
+
+def test_envelopes_refuse_an_unpinned_revision(capsys, tmp_path):
+    path = _with_revisions(tmp_path, "main", "vllm_config.model_config.revision")
+    code, out = export(capsys, [path], tmp_path / "out", "--envelope-only")
+    assert code == 1
+    assert "identity.target.revision: 'main' (artifact identity.target.revision" in out
+    assert written(tmp_path / "out") == []
 
 
 def test_user_fact_never_overrides_a_resolved_one(capsys, tmp_path):
@@ -165,7 +193,7 @@ def test_colliding_points_are_refused_naming_both(capsys, tmp_path):
     assert code == 1
     assert ("decode[0] (B=1 ctx=256 K=3 AL=2.78) and decode[4] (B=1 ctx=256 K=3 AL=1) land "
             "on one consumer coordinate (batch 1, new 0, KV 256)") in out
-    code, out = export(capsys, [sweep], tmp_path / "out", "--envelope-only",
+    code, out = export(capsys, [sweep], tmp_path / "out", *ENVELOPES,
                        "--acceptance-length", "2.78")
     assert code == 0, out
     run_id = json.loads(sweep.read_text())["run_id"]
@@ -180,24 +208,47 @@ def test_colliding_points_are_refused_naming_both(capsys, tmp_path):
     assert "--acceptance-length 3: no decode point was requested at it" in out
 
 
-def test_mixed_graph_modes_are_refused_unless_labelled(capsys, tmp_path):
-    code, out = export(capsys, [H200_GRAPH], tmp_path, "--envelope-only")
+def test_mixed_graph_modes_export_one_mode_at_a_time(capsys, tmp_path, json_table):
+    """The consumer reads no CUDA-graph label and interpolates one curve per cell: a phase
+    that ran in several modes is refused, and exports one mode at a time, the other points
+    listed as left out."""
+    table = ["--system", "h200_sxm", *REVISIONS, *V3_FACTS]
+    code, out = export(capsys, [H200_GRAPH], tmp_path, *table)
     assert code == 1
     assert ("decode.graph_mode: steps ran in 2 modes (eager at points [3]; full at points "
-            "[0, 1, 2])") in out
-    code, out = export(capsys, [H200_GRAPH], tmp_path, "--envelope-only",
-                       "--allow-mixed-graph-modes")
-    assert code == 0, out
-    root = tmp_path / json.loads(H200_GRAPH.read_text())["run_id"]
-    manifest = json.loads((root / "import-manifest.json").read_text())
-    envelope = json.loads(next((root / "campaign/cells" / manifest["cells"]["decode"])
-                               .glob("raw/*/benchmark.json")).read_text())
-    labels = [(r["point"]["sdbench_graph_mode"], r["point"]["expected_cudagraph_mode"])
-              for r in envelope["results"]]
-    assert labels == [("full", "FULL")] * 3 + [("eager", "NONE")]
-    assert envelope["execution_mode"] == "mixed:eager,full"
-    assert any("graph modes ['eager', 'full'] in one consumer cell" in w
-               for w in manifest["warnings"])
+            "[0, 1, 2]); the consumer reads no CUDA-graph label") in out
+    assert "--graph-mode decode=MODE" in out
+    assert written(tmp_path) == []
+    run_id = json.loads(H200_GRAPH.read_text())["run_id"]
+    for mode, points, left_out in (("full", [0, 1, 2], [3]), ("eager", [3], [0, 1, 2])):
+        code, out = export(capsys, [H200_GRAPH], tmp_path, *table, "--graph-mode",
+                           f"decode={mode}")
+        assert code == 0, out
+        root = tmp_path / f"{run_id}-decode-{mode}"
+        manifest = json.loads((root / "import-manifest.json").read_text())
+        assert manifest["graph_modes"] == {"prefill": "eager", "decode": mode}
+        assert manifest["selection"]["graph_modes"] == {"decode": mode}
+        assert [e.split(" ")[0] for e in manifest["selection"]["left_out"]] == \
+            [f"decode[{i}]" for i in left_out]
+        assert all(e.endswith(f"graph {'eager' if mode == 'full' else 'full'})")
+                   for e in manifest["selection"]["left_out"])
+        envelope = _envelopes(root, manifest)["decode"]
+        assert envelope["execution_mode"] == mode
+        assert [r["point"]["sdbench_point_index"] for r in envelope["results"]] == points
+        rows = json.loads((root / manifest["table"]["parquet"]).with_name("rows.json")
+                          .read_text())
+        assert {r["sdbench_graph_mode"] for r in rows if r["workload_kind"] == "decode"} == \
+            {mode}
+    code, out = export(capsys, [H200_GRAPH], tmp_path / "out", *table,
+                       "--graph-mode", "decode=piecewise")
+    assert code == 1
+    assert ("--graph-mode decode=piecewise: no decode point ran in it (eager at points [3]; "
+            "full at points [0, 1, 2])") in out
+    code, out = export(capsys, [H200_DECODE], tmp_path / "out", *ENVELOPES,
+                       "--graph-mode", "prefill=eager")
+    assert code == 1
+    assert "--graph-mode prefill=eager: the artifact has no prefill phase" in out
+    assert written(tmp_path / "out") == []
 
 
 def test_synthetic_prefix_is_refused(capsys, tmp_path, cpu_artifact_data):
@@ -214,7 +265,7 @@ def test_one_phase_artifact_is_refused_as_a_table(capsys, tmp_path):
                        *V3_FACTS)
     assert code == 1
     assert "mode: 'decode'; the consumer's loader needs prefill and decode" in out
-    code, out = export(capsys, [H200_DECODE], tmp_path, "--envelope-only")
+    code, out = export(capsys, [H200_DECODE], tmp_path, *ENVELOPES)
     assert code == 0, out
 
 
@@ -231,6 +282,14 @@ def test_unusable_inputs_exit_2(capsys, tmp_path):
     code, out = export(capsys, [CPU], tmp_path / "out", "--target-revision", "main")
     assert code == 2
     assert "a revision is a full 40-hex git commit, got 'main'" in out
+    for bad in ("decode", "decode=cudagraph", "draft=full"):
+        code, out = export(capsys, [CPU], tmp_path / "out", "--graph-mode", bad)
+        assert code == 2
+        assert "--graph-mode: expected PHASE=MODE" in out
+    code, out = export(capsys, [CPU], tmp_path / "out", "--graph-mode", "decode=full",
+                       "--graph-mode", "decode=eager")
+    assert code == 2
+    assert "--graph-mode decode: given twice" in out
     code, out = export(capsys, [CPU], tmp_path / "out", "--system", "../h200")
     assert code == 2
     assert "--system" in out
@@ -254,7 +313,7 @@ def _envelopes(root: Path, manifest: dict) -> dict:
 
 
 def test_envelopes_map_each_observation_exactly(capsys, tmp_path):
-    code, out = export(capsys, [CPU], tmp_path, "--envelope-only", "--target-revision", REV_T)
+    code, out = export(capsys, [CPU], tmp_path, *ENVELOPES)
     assert code == 0, out
     data = json.loads(CPU.read_text())
     root = tmp_path / data["run_id"]
@@ -263,7 +322,8 @@ def test_envelopes_map_each_observation_exactly(capsys, tmp_path):
     assert manifest["mode"] == "envelope_only"
     assert manifest["table"] is None
     assert manifest["facts"]["target_revision"] == {"value": REV_T, "source": "user"}
-    assert manifest["user_facts"] == ["target_revision"]
+    assert manifest["facts"]["draft_revision"] == {"value": REV_D, "source": "user"}
+    assert manifest["user_facts"] == ["draft_revision", "target_revision"]
     assert not (root / "fpm_profile.json").exists()
     assert not (root / "systems").exists()
     for phase, envelope in _envelopes(root, manifest).items():
@@ -412,7 +472,7 @@ def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data
                                              want_repeat):
     data = forge.repeat_points(cpu_artifact_data, factors)
     path = reseal(data, tmp_path)
-    code, out = export(capsys, [path], tmp_path / "out", "--envelope-only")
+    code, out = export(capsys, [path], tmp_path / "out", *ENVELOPES)
     assert code == 0, out
     root = tmp_path / "out" / data["run_id"]
     manifest = json.loads((root / "import-manifest.json").read_text())
@@ -472,7 +532,7 @@ def test_never_an_autoregressive_identity():
 def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
         capsys, tmp_path, monkeypatch):
     out = tmp_path / "out"
-    assert export(capsys, [CPU], out, "--envelope-only")[0] == 0
+    assert export(capsys, [CPU], out, *ENVELOPES)[0] == 0
     run_id = json.loads(CPU.read_text())["run_id"]
     before = (out / run_id / "import-manifest.json").read_text()
 
@@ -480,11 +540,13 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
         raise OSError("disk full")
     monkeypatch.setattr(aisimulate, "build_envelope", broken)
     with pytest.raises(OSError, match="disk full"):
-        aisimulate.export_artifact(CPU, out, aisimulate.ExportOptions(envelope_only=True))
+        aisimulate.export_artifact(CPU, out, aisimulate.ExportOptions(
+            envelope_only=True, user_facts=USER_REVISIONS))
     assert written(out) == [run_id]     # no staging folder left, the old export intact
     assert (out / run_id / "import-manifest.json").read_text() == before
     monkeypatch.undo()
-    assert export(capsys, [CPU], out, "--envelope-only", "--target-revision", REV_T)[0] == 0
+    assert export(capsys, [CPU], out, "--envelope-only", "--target-revision", REV_T,
+                  "--draft-revision", "3" * 40)[0] == 0
     assert written(out) == [run_id]
     manifest = json.loads((out / run_id / "import-manifest.json").read_text())
-    assert manifest["user_facts"] == ["target_revision"]
+    assert manifest["facts"]["draft_revision"]["value"] == "3" * 40

@@ -33,6 +33,7 @@ from ..wire.contract import (
     DEVICE_CUDA,
     GRAPH_EAGER,
     GRAPH_FULL,
+    GRAPH_MODES,
     GRAPH_PIECEWISE,
     K_WINDOW,
     KV_SEED_NONE,
@@ -41,6 +42,7 @@ from ..wire.contract import (
     PACKAGE_NAME,
     PHASE_DECODE,
     PHASE_PREFILL,
+    PHASES,
     PHASES_BY_MODE,
     REVISION_PATTERN,
     SOURCE_CUDA_EVENT,
@@ -149,7 +151,8 @@ FACTS: dict[str, FactSpec] = {
     "kv_bytes_per_token": FactSpec("kv_capacity.bytes_per_token",
                                    "--fact kv_bytes_per_token=N", int),
 }
-USER_FACT_NAMES = tuple(name for name in FACTS if not name.endswith("_revision"))
+REVISION_FACTS = ("target_revision", "draft_revision")
+USER_FACT_NAMES = tuple(name for name in FACTS if name not in REVISION_FACTS)
 
 
 def parse_user_fact(text: str) -> tuple[str, object]:
@@ -162,10 +165,20 @@ def parse_user_fact(text: str) -> tuple[str, object]:
     return name, check_user_value(name, raw.strip())
 
 
+def parse_graph_mode(text: str) -> tuple[str, str]:
+    """PHASE=MODE of --graph-mode: the one CUDA-graph mode a phase's export keeps."""
+    phase, sep, mode = (part.strip() for part in text.partition("="))
+    if not sep or phase not in PHASES or mode not in GRAPH_MODES:
+        raise UnusableInput(f"--graph-mode: expected PHASE=MODE with PHASE one of "
+                            f"{', '.join(PHASES)} and MODE one of {', '.join(GRAPH_MODES)}; "
+                            f"got {text!r}")
+    return phase, mode
+
+
 def check_user_value(name: str, raw: str) -> object:
     spec = FACTS[name]
     if spec.parse is str:
-        if name.endswith("_revision") and not re.fullmatch(REVISION_PATTERN, raw):
+        if name in REVISION_FACTS and not re.fullmatch(REVISION_PATTERN, raw):
             raise UnusableInput(f"{spec.option.split()[0]}: a revision is a full 40-hex git "
                                 f"commit, got {raw!r}")
         if not raw:
@@ -240,9 +253,9 @@ class ExportOptions:
     user_facts: Mapping[str, object] = field(default_factory=dict)
     target_config: Path | None = None      # a config.json, or a directory holding one
     draft_config: Path | None = None
-    allow_mixed_graph_modes: bool = False
     envelope_only: bool = False
     acceptance_length: float | None = None  # export only the decode points requested at it
+    graph_modes: Mapping[str, str] = field(default_factory=dict)   # phase -> the mode it keeps
     known_configs: Mapping[str, KnownConfig] = field(default_factory=dict)   # sha256 -> text
 
 
@@ -323,6 +336,49 @@ def _select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: flo
     return left_out
 
 
+def _select_graph_modes(selected: dict[str, list[Selected]], graph_modes: Mapping[str, str],
+                        reasons: list[str]) -> list[str]:
+    """With a phase's graph mode chosen, only its points that ran in that mode: the consumer
+    reads no CUDA-graph label and interpolates one curve per cell (phase), so a phase whose
+    steps ran in several modes exports one mode at a time. The points left out are listed
+    in the manifest."""
+    left_out = []
+    for phase, mode in sorted(graph_modes.items(), key=lambda item: PHASES.index(item[0])):
+        if phase not in selected:
+            reasons.append(f"--graph-mode {phase}={mode}: the artifact has no {phase} phase "
+                           f"(phases: {', '.join(selected)})")
+            continue
+        kept = [item for item in selected[phase] if item.observation.graph_mode == mode]
+        if not kept:
+            reasons.append(f"--graph-mode {phase}={mode}: no {phase} point ran in it "
+                           f"({_modes_by_point(selected[phase])})")
+            continue
+        left_out += [f"{phase}[{item.observation.point_index}] "
+                     f"({_describe(item.observation)}, graph {item.observation.graph_mode})"
+                     for item in selected[phase] if item.observation.graph_mode != mode]
+        selected[phase] = kept
+    return left_out
+
+
+def _modes_by_point(chosen: list[Selected]) -> str:
+    by_mode: dict[str, list[int]] = {}
+    for item in chosen:
+        by_mode.setdefault(item.observation.graph_mode, []).append(item.observation.point_index)
+    return "; ".join(f"{mode} at points {points}" for mode, points in sorted(by_mode.items()))
+
+
+def export_name(run_id: str, acceptance_length: float | None,
+                graph_modes: Mapping[str, str]) -> str:
+    """The export's folder under DIR: the run, and the selections that made it."""
+    name = run_id
+    if acceptance_length is not None:
+        name += f"-al{acceptance_length:g}"
+    for phase in PHASES:
+        if phase in graph_modes:
+            name += f"-{phase}-{graph_modes[phase]}"
+    return name
+
+
 def coordinates(phase: str, obs: Observation) -> tuple[int, int, int]:
     """The consumer's coordinate of a step: (batch, new tokens, KV tokens read), summed over
     the requests as the scheduler emitted them. A decode step has no prefill tokens."""
@@ -357,7 +413,7 @@ def check(artifact: Artifact, selected: Mapping[str, list[Selected]], options: E
     _check_parallel(artifact, reasons)
     for phase, chosen in selected.items():
         _check_collisions(phase, chosen, reasons)
-        _check_graph_modes(phase, chosen, options.allow_mixed_graph_modes, reasons)
+        _check_graph_modes(phase, chosen, reasons)
     _check_prefixes(selected.get(PHASE_PREFILL, []), reasons)
     _check_summaries(artifact, selected, reasons)
 
@@ -439,16 +495,14 @@ def _check_collisions(phase: str, chosen: list[Selected], reasons: list[str]) ->
         seen.setdefault(key, item)
 
 
-def _check_graph_modes(phase: str, chosen: list[Selected], allowed: bool,
-                       reasons: list[str]) -> None:
-    by_mode: dict[str, list[int]] = {}
-    for item in chosen:
-        by_mode.setdefault(item.observation.graph_mode, []).append(item.observation.point_index)
-    if len(by_mode) > 1 and not allowed:
-        listed = "; ".join(f"{mode} at points {points}" for mode, points in sorted(by_mode.items()))
-        reasons.append(f"{phase}.graph_mode: steps ran in {len(by_mode)} modes ({listed}); the "
-                       "consumer reads no CUDA-graph label and would interpolate them as one "
-                       "curve; --allow-mixed-graph-modes exports them labelled per row")
+def _check_graph_modes(phase: str, chosen: list[Selected], reasons: list[str]) -> None:
+    modes = {item.observation.graph_mode for item in chosen}
+    if len(modes) > 1:
+        reasons.append(f"{phase}.graph_mode: steps ran in {len(modes)} modes "
+                       f"({_modes_by_point(chosen)}); the consumer reads no CUDA-graph label "
+                       "and would interpolate them as one curve: export one mode at a time "
+                       f"(--graph-mode {phase}=MODE; the points left out are listed in the "
+                       "manifest)")
 
 
 def _check_prefixes(chosen: list[Selected], reasons: list[str]) -> None:
@@ -485,17 +539,26 @@ class Deployment:
     configs: dict[str, tuple[bytes, str]]        # role -> (config.json bytes, source)
 
 
-def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) -> Deployment:
+def resolve_facts(a: Artifact, options: ExportOptions, reasons: list[str]) -> dict[str, Fact]:
+    """The facts an export records. Both revisions are required in every mode, envelopes
+    included: an export names the checkpoints it measured by commit, or is refused. The
+    engine facts are required by the table only (envelopes record those at hand)."""
     facts: dict[str, Fact] = {}
     for name in FACTS:
-        fact = resolve_fact(a, name, options.user_facts, reasons)
+        required = name in REVISION_FACTS or not options.envelope_only
+        fact = resolve_fact(a, name, options.user_facts, reasons, required=required)
         if fact is not None:
             facts[name] = fact
-    for role in ("target", "draft"):
-        revision = facts.get(f"{role}_revision")
+    for name in REVISION_FACTS:
+        revision = facts.get(name)
         if revision is not None and not re.fullmatch(REVISION_PATTERN, str(revision.value)):
-            reasons.append(f"identity.{role}.revision: {revision.value!r} ({revision.source}) is "
+            reasons.append(f"{FACTS[name].path}: {revision.value!r} ({revision.source}) is "
                            "not a pinned 40-hex commit; the consumer pins checkpoints by commit")
+    return facts
+
+
+def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) -> Deployment:
+    facts = resolve_facts(a, options, reasons)
     _system_fact(a, options, facts, reasons)
     for name, path in (("engine_version", "identity.engine_version"),
                        ("architecture", "identity.target.architecture")):
@@ -726,7 +789,7 @@ def build_envelope(a: Artifact, legacy: str | None, phase: str, chosen: list[Sel
         groups.append({"benchmark_id": benchmark_id, "point": point, "expected_dp_ranks": [0],
                        "complete": True, "wall_time": fpm["wall_time"],
                        "rank_results": [{"dp_rank": 0, "fpms": [fpm]}]})
-    modes = sorted({item.observation.graph_mode for item in chosen})
+    mode = one_graph_mode(chosen)
     envelope = {
         "schema_version": ENVELOPE_SCHEMA_VERSION, "artifact_type": "rank",
         "status": "complete", "valid": True, "usable": True, "timing_valid": True,
@@ -744,7 +807,7 @@ def build_envelope(a: Artifact, legacy: str | None, phase: str, chosen: list[Sel
             "measured_iteration_seconds": math.fsum(g["wall_time"] for g in groups),
         },
         "timing_boundary": "sdbench_worker_model_step",
-        "execution_mode": modes[0] if len(modes) == 1 else "mixed:" + ",".join(modes),
+        "execution_mode": mode,
         "results": results, "iteration_groups": groups,
         "sdbench": {"package": PACKAGE_NAME, "version": __version__, "run_id": a.run_id,
                     "schema_version": a.schema_version, "legacy": legacy,
@@ -762,6 +825,14 @@ def build_envelope(a: Artifact, legacy: str | None, phase: str, chosen: list[Sel
         envelope["kvwarm"] = {"enabled": True, "warm_eligible": True, "skip_reason": None,
                               "method": method}
     return envelope
+
+
+def one_graph_mode(chosen: list[Selected]) -> str:
+    """The one CUDA-graph mode of a phase's exported steps (check refuses a mix)."""
+    modes = {item.observation.graph_mode for item in chosen}
+    if len(modes) != 1:
+        raise AssertionError(f"a consumer cell takes one graph mode, got {sorted(modes)}")
+    return modes.pop()
 
 
 @dataclass(frozen=True)
@@ -847,11 +918,11 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     selected = {phase: select(artifact, phase) for phase in PHASES_BY_MODE[artifact.mode]}
     reasons: list[str] = []
     left_out = _select_acceptance(artifact, selected, options.acceptance_length, reasons)
+    left_out += _select_graph_modes(selected, options.graph_modes, reasons)
     check(artifact, selected, options, reasons)
     deployment = None
     if options.envelope_only:
-        facts = {name: fact for name in FACTS if (fact := resolve_fact(
-            artifact, name, options.user_facts, reasons, required=False)) is not None}
+        facts = resolve_facts(artifact, options, reasons)
         if options.system is not None:
             facts["system"] = Fact(options.system, SOURCE_USER)
     else:
@@ -863,9 +934,7 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
         raise UnusableInput("writing the consumer's parquet table needs pyarrow: pip install "
                             "'pytest-sdbench[export]' (or pass --envelope-only)")
     out.mkdir(parents=True, exist_ok=True)
-    name = artifact.run_id
-    if options.acceptance_length is not None:
-        name += f"-al{options.acceptance_length:g}"
+    name = export_name(artifact.run_id, options.acceptance_length, options.graph_modes)
     final = (out / name).resolve()
     staging = Path(tempfile.mkdtemp(prefix=f".{artifact.run_id}.", suffix=".tmp", dir=out))
     try:
@@ -1000,7 +1069,7 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
 def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, deployment,
               resolved: Mapping[str, Fact], options: ExportOptions, *, identity, cells,
               plan_sha, attempt, pod, table, k: int, left_out: list[str]) -> dict:
-    warnings = _warnings(a, selected, options)
+    warnings = _warnings(a, selected)
     facts = {name: {"value": fact.value, "source": fact.source}
              for name, fact in sorted(resolved.items())}
     user = sorted(name for name, fact in facts.items() if fact["source"] == SOURCE_USER)
@@ -1035,11 +1104,12 @@ def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, depl
         "execution_identity": list(identity.execution) if identity else None,
         "cells": cells, "plan_sha256": plan_sha, "attempt_id": attempt, "pod": pod,
         "fpm_profile": PROFILE_FILE if identity else None, "table": table,
-        "allow_mixed_graph_modes": options.allow_mixed_graph_modes,
+        "graph_modes": {phase: one_graph_mode(chosen) for phase, chosen in selected.items()},
         "selection": {
             "rule": ("per point the observation at the lower median of its repeats' times "
                      "(the median for an odd count)"),
-            "acceptance_length": options.acceptance_length, "left_out": left_out},
+            "acceptance_length": options.acceptance_length,
+            "graph_modes": dict(options.graph_modes), "left_out": left_out},
         "rows": [_row_record(phase, item) for phase, chosen in selected.items()
                  for item in chosen],
         "warnings": warnings,
@@ -1056,15 +1126,8 @@ def _row_record(phase: str, item: Selected) -> dict:
             "repeats_seconds": list(item.repeats_seconds)}
 
 
-def _warnings(a: Artifact, selected, options: ExportOptions) -> list[str]:
+def _warnings(a: Artifact, selected) -> list[str]:
     warnings = []
-    if options.allow_mixed_graph_modes:
-        for phase, chosen in selected.items():
-            modes = sorted({item.observation.graph_mode for item in chosen})
-            if len(modes) > 1:
-                warnings.append(f"{phase}: graph modes {modes} in one consumer cell, labelled "
-                                "per row (sdbench_graph_mode), a label the consumer does not "
-                                "read (--allow-mixed-graph-modes)")
     if a.measurement_policy.warmup.rule == WARMUP_UNTIL_STABLE:
         unsettled = [f"{phase}[{item.observation.point_index}]" for phase, chosen in
                      selected.items() for item in chosen if not item.observation.warmup_settled]

@@ -19,6 +19,7 @@ from .aisimulate import (
     UnusableInput,
     check_user_value,
     export_artifact,
+    parse_graph_mode,
     parse_user_fact,
 )
 
@@ -48,9 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "artifact's model path nor a preset holds it")
     parser.add_argument("--draft-config", type=Path, metavar="PATH",
                         help="the draft's config.json (or its folder), likewise")
-    parser.add_argument("--allow-mixed-graph-modes", action="store_true",
-                        help="export a phase whose steps ran in different CUDA-graph modes, "
-                             "each row labelled with its mode (a label the consumer ignores)")
+    parser.add_argument("--graph-mode", action="append", default=[], metavar="PHASE=MODE",
+                        help="export only the points of PHASE (prefill, decode) that ran in "
+                             "CUDA-graph MODE (eager, piecewise, full): the consumer reads no "
+                             "graph label, so a phase that ran in several modes exports one "
+                             "at a time, to DIR/<run_id>[-al<AL>]-<phase>-<mode>/; repeatable")
     parser.add_argument("--acceptance-length", type=float, metavar="AL",
                         help="export only the decode points requested at this synthetic "
                              "acceptance length (the consumer has no AL axis: an AL sweep "
@@ -73,13 +76,19 @@ def options_from(args, known_configs: Mapping[str, KnownConfig]) -> ExportOption
         if value is not None:
             facts[name] = check_user_value(name, value)
     assert set(facts) <= set(FACTS)
+    graph_modes: dict[str, str] = {}
+    for text in args.graph_mode:
+        phase, mode = parse_graph_mode(text)
+        if graph_modes.get(phase, mode) != mode:
+            raise UnusableInput(f"--graph-mode {phase}: given twice ({graph_modes[phase]!r}, "
+                                f"{mode!r})")
+        graph_modes[phase] = mode
     if args.system is not None and not re.fullmatch(SYSTEM_PATTERN, args.system):
         raise UnusableInput(f"--system: {args.system!r} is not a system name (a consumer "
                             "systems/<name>.yaml, lower case)")
     return ExportOptions(system=args.system, user_facts=facts,
                          target_config=args.target_config, draft_config=args.draft_config,
-                         allow_mixed_graph_modes=args.allow_mixed_graph_modes,
-                         acceptance_length=args.acceptance_length,
+                         acceptance_length=args.acceptance_length, graph_modes=graph_modes,
                          envelope_only=args.envelope_only, known_configs=known_configs)
 
 

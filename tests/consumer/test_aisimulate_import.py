@@ -2,8 +2,9 @@
 validate_native_collection and select_native_measurements on the envelopes, its collector
 route (aggregate_cell, write_formal_database, validate_formal_database_commit), and its Rust
 loader on the exporter's speculative table at nextn=K, whose every predicted step time must
-equal the measured one. Also: the consumer refuses the counterparts of our refusals, and
-our exporter never writes an autoregressive identity for K > 0.
+equal the measured one. Also: the consumer refuses the counterparts of our refusals, takes
+what only our refusals guard (mixed graph modes, a synthetic prefix: asserted and printed),
+and our exporter never writes an autoregressive identity for K > 0.
 
 Runs only in the consumer's environment (scripts/consumer-test.sh, tox -e consumer); the main
 suite never collects it (tests/conftest.py), because the consumer's wheel registers a
@@ -101,11 +102,12 @@ def sdbench_export(paths: list[Path], out: Path, *extra: str) -> tuple[int, str]
     return code, buffer.getvalue()
 
 
-def export_h200(path: Path, out: Path, acceptance_length: float | None = None
-                ) -> tuple[Path, dict, str]:
+def export_h200(path: Path, out: Path, acceptance_length: float | None = None,
+                graph_modes: dict[str, str] | None = None) -> tuple[Path, dict, str]:
     """Export as a user would: revisions (and, for v3, the engine facts) given. Refused first
     where a phase mixes graph modes or an AL sweep collides (only for those reasons), then
-    exported labelled, one acceptance length at a time."""
+    exported one acceptance length and one graph mode of a phase at a time."""
+    graph_modes = graph_modes or {}
     identity = json.loads(path.read_text())["identity"]
     extra = ["--system", SYSTEM]
     for role, (option, revision) in {"target": REVISIONS[:2], "draft": REVISIONS[2:]}.items():
@@ -121,16 +123,15 @@ def export_h200(path: Path, out: Path, acceptance_length: float | None = None
         assert all(".graph_mode:" in line or "consumer coordinate" in line
                    for line in reasons), text
         assert collided == (acceptance_length is not None), text
-        if mixed:
-            extra.append("--allow-mixed-graph-modes")
+        assert mixed or not graph_modes, text
+        for phase, mode in graph_modes.items():
+            extra += ["--graph-mode", f"{phase}={mode}"]
         if collided:
             extra += ["--acceptance-length", f"{acceptance_length}"]
         code, text = sdbench_export([path], out, *extra)
     assert code == 0, text
-    name = json.loads(path.read_text())["run_id"]
-    if acceptance_length is not None:
-        name += f"-al{acceptance_length:g}"
-    root = out / name
+    root = out / exporter.export_name(json.loads(path.read_text())["run_id"],
+                                      acceptance_length, graph_modes)
     return root, json.loads((root / exporter.MANIFEST_FILE).read_text()), text
 
 
@@ -142,6 +143,34 @@ def acceptance_sweep(path: Path) -> list[float | None]:
     if len(set(coordinates)) == len(coordinates):
         return [None]
     return sorted({p["acceptance_length"] for p in decode})
+
+
+def graph_selections(path: Path, acceptance_length: float | None) -> list[dict[str, str]]:
+    """The --graph-mode selections that export every point of a phase that ran in several
+    CUDA-graph modes (among the points of the acceptance length), one mode at a time: as
+    few exports as the phase with the most modes needs. [{}] when no phase mixes."""
+    data = json.loads(path.read_text())
+    mixed = {}
+    for phase in ("prefill", "decode"):
+        modes = sorted({o["graph_mode"] for o in data.get(phase) or []
+                        if acceptance_length is None or phase == "prefill"
+                        or o["point"]["acceptance_length"] == acceptance_length})
+        if len(modes) > 1:
+            mixed[phase] = modes
+    count = max((len(modes) for modes in mixed.values()), default=1)
+    return [{phase: modes[min(i, len(modes) - 1)] for phase, modes in mixed.items()}
+            for i in range(count)]
+
+
+def _exports(paths: list[Path], what: str) -> list:
+    """One test parameter per export: an artifact, one acceptance length of a sweep, one
+    graph mode of each phase that mixes them."""
+    params = [pytest.param(p, al, graph, id=f"{p.relative_to(ROOT / 'docs' / 'evidence')}"
+                           f"{'' if al is None else f'-al{al:g}'}"
+                           + "".join(f"-{phase}-{mode}" for phase, mode in graph.items()))
+              for p in paths for al in acceptance_sweep(p) for graph in graph_selections(p, al)]
+    return params or [pytest.param(None, None, None, marks=pytest.mark.skip(
+        reason=f"no {what} is committed under docs/evidence/h200*/ yet"))]
 
 
 # --- the consumer's plan of the exported cells ------------------------------------------------
@@ -273,11 +302,16 @@ def test_cpu_artifact_is_refused_and_its_envelopes_import(tmp_path):
     assert "device: 'cpu' (timing source host_perf_counter" in text
     assert not any(tmp_path.iterdir()), "a refused export leaves nothing behind"
     code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--envelope-only")
+    assert code == 1, text     # a preset's dummy weights: no revision, even for envelopes
+    assert "identity.target.revision: unresolved" in text
+    code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--envelope-only", *REVISIONS)
     assert code == 0, text
     run_id = json.loads(CPU_ARTIFACT.read_text())["run_id"]
     manifest = json.loads((tmp_path / run_id / exporter.MANIFEST_FILE).read_text())
     assert manifest["mode"] == "envelope_only"
     assert manifest["table"] is None
+    assert {manifest["facts"][n]["source"] for n in ("target_revision", "draft_revision")} == {
+        "user"}
     for phase, cell in manifest["cells"].items():
         collection = validate_native_collection(
             envelope_cell(cell, phase), tmp_path / run_id / "campaign" / "cells" / cell / "raw",
@@ -386,6 +420,10 @@ def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]
     measured = measured_by_row(artifact_path)
     assert measured["k"] == k
     table_rows = pq.read_table(parquet).to_pylist()
+    # One CUDA-graph mode per consumer cell, the one the manifest names.
+    assert {phase: {r["sdbench_graph_mode"] for r in table_rows if r["workload_kind"] == phase}
+            for phase in manifest["cells"]} == {
+        phase: {mode} for phase, mode in manifest["graph_modes"].items()}
     compared = []
     for row in sorted(table_rows, key=lambda r: (r["workload_kind"] != "prefill",
                                                  r["sdbench_point_index"])):
@@ -427,9 +465,11 @@ def _one_phase(paths: list[Path]) -> list[Path]:
     return [p for p in paths if json.loads(p.read_text())["mode"] != "agg"]
 
 
-@pytest.mark.parametrize("artifact_path", _params(_agg(_h200(3)), "schema v3 H200 agg artifact"))
-def test_v3_h200_artifact_with_user_facts_imports_exactly(artifact_path, tmp_path):
-    root, manifest, text = export_h200(artifact_path, tmp_path)
+@pytest.mark.parametrize("artifact_path, acceptance_length, graph_modes",
+                         _exports(_agg(_h200(3)), "schema v3 H200 agg artifact"))
+def test_v3_h200_artifact_with_user_facts_imports_exactly(artifact_path, acceptance_length,
+                                                          graph_modes, tmp_path):
+    root, manifest, text = export_h200(artifact_path, tmp_path, acceptance_length, graph_modes)
     print(text)
     assert set(manifest["user_facts"]) >= {"target_revision", "draft_revision",
                                            "max_num_seqs", "kv_bytes_per_token", "system"}
@@ -445,31 +485,28 @@ def test_one_phase_h200_artifact_is_refused_and_its_envelopes_import(artifact_pa
     code, text = sdbench_export([artifact_path], tmp_path, "--system", SYSTEM, *REVISIONS)
     assert code == 1, text
     assert "mode: " in text
-    code, text = sdbench_export([artifact_path], tmp_path, "--envelope-only",
-                                "--allow-mixed-graph-modes")
-    assert code == 0, text
     run_id = json.loads(artifact_path.read_text())["run_id"]
-    manifest = json.loads((tmp_path / run_id / exporter.MANIFEST_FILE).read_text())
-    for phase, cell in manifest["cells"].items():
-        collection = validate_native_collection(
-            envelope_cell(cell, phase), tmp_path / run_id / "campaign" / "cells" / cell / "raw",
-            expected_plan_sha256=manifest["plan_sha256"],
-            expected_attempt_id=manifest["attempt_id"])
-        kept = select_native_measurements(collection, cell_id=cell)
-        assert len(kept) == sum(r["phase"] == phase for r in manifest["rows"]) > 0
+    for graph in graph_selections(artifact_path, None):
+        code, text = sdbench_export([artifact_path], tmp_path, "--envelope-only", *REVISIONS,
+                                    *(f"--graph-mode={phase}={mode}"
+                                      for phase, mode in graph.items()))
+        assert code == 0, text
+        root = tmp_path / exporter.export_name(run_id, None, graph)
+        manifest = json.loads((root / exporter.MANIFEST_FILE).read_text())
+        for phase, cell in manifest["cells"].items():
+            collection = validate_native_collection(
+                envelope_cell(cell, phase), root / "campaign" / "cells" / cell / "raw",
+                expected_plan_sha256=manifest["plan_sha256"],
+                expected_attempt_id=manifest["attempt_id"])
+            kept = select_native_measurements(collection, cell_id=cell)
+            assert len(kept) == sum(r["phase"] == phase for r in manifest["rows"]) > 0
 
 
-def _with_sweep(paths: list[Path]) -> list:
-    params = [pytest.param(p, al, id=f"{p.relative_to(ROOT / 'docs' / 'evidence')}"
-                           f"{'' if al is None else f'-al{al:g}'}")
-              for p in paths for al in acceptance_sweep(p)]
-    return params or [pytest.param(None, None, marks=pytest.mark.skip(
-        reason="no schema v4 H200 agg artifact is committed under docs/evidence/h200*/ yet"))]
-
-
-@pytest.mark.parametrize("artifact_path, acceptance_length", _with_sweep(_agg(_h200(4))))
-def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, tmp_path):
-    root, manifest, text = export_h200(artifact_path, tmp_path, acceptance_length)
+@pytest.mark.parametrize("artifact_path, acceptance_length, graph_modes",
+                         _exports(_agg(_h200(4)), "schema v4 H200 agg artifact"))
+def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, graph_modes,
+                                          tmp_path):
+    root, manifest, text = export_h200(artifact_path, tmp_path, acceptance_length, graph_modes)
     print(text)
     if acceptance_length is not None:
         assert manifest["selection"]["acceptance_length"] == acceptance_length
@@ -484,16 +521,17 @@ def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, tmp_
     check_import(root, manifest, artifact_path)
 
 
-def _first_h200() -> tuple[Path, float | None]:
+def _first_h200() -> tuple[Path, float | None, dict[str, str]]:
     path = (_agg(_h200(4)) or _agg(_h200(3)))[0]
     sweep = acceptance_sweep(path)
-    return path, sweep[len(sweep) // 2]
+    acceptance_length = sweep[len(sweep) // 2]
+    return path, acceptance_length, graph_selections(path, acceptance_length)[0]
 
 
 @pytest.fixture
 def exported(tmp_path):
-    path, acceptance_length = _first_h200()
-    root, manifest, _ = export_h200(path, tmp_path, acceptance_length)
+    path, acceptance_length, graph_modes = _first_h200()
+    root, manifest, _ = export_h200(path, tmp_path, acceptance_length, graph_modes)
     profile = json.loads((root / exporter.PROFILE_FILE).read_text())
     systems = with_system_yaml(root / manifest["table"]["systems_root"], SYSTEM)
     return root, manifest, profile, systems
@@ -527,33 +565,163 @@ def test_consumer_refuses_unpinned_revisions(exported):
     assert "40-hex" in message
 
 
+def edited_cell(exported, phase: str, name: str, edit) -> tuple[FPMCell, Path, object]:
+    """A copy of the export's cell of a phase (envelope and provenance) whose envelope
+    edit(envelope) changes, its measured total resealed: the consumer's cell, the copy's
+    raw folder and the consumer's plan."""
+    root, manifest, profile, _ = exported
+    plan, _ = build_plan(manifest, tuple(manifest["execution_identity"]), profile)
+    cell = next(c for c in plan.cells if c.workload_kind == phase)
+    raw = root.parent / name / "raw"
+    shutil.copytree(root / "campaign" / "cells" / cell.cell_id / "raw", raw)
+    envelope_path = next(raw.glob(f"*/{exporter.ENVELOPE_FILE}"))
+    envelope = json.loads(envelope_path.read_text())
+    edit(envelope)
+    envelope["timing"]["measured_iteration_seconds"] = math.fsum(
+        g["wall_time"] for g in envelope["iteration_groups"])
+    envelope_path.write_text(json.dumps(envelope))
+    return cell, raw, plan
+
+
+def consumer_validates(manifest: dict, cell: FPMCell, raw: Path, plan) -> list:
+    """The consumer's envelope validator and its per-coordinate selection; its refusal
+    propagates."""
+    collection = validate_native_collection(cell, raw, expected_plan_sha256=plan.sha256,
+                                            expected_attempt_id=manifest["attempt_id"])
+    return select_native_measurements(collection, cell_id=cell.cell_id)
+
+
+def relabel_point(envelope: dict, index: int, **labels) -> None:
+    """Change a result's point labels, and its iteration group's copy of that point."""
+    envelope["results"][index]["point"].update(labels)
+    envelope["iteration_groups"][index]["point"] = envelope["results"][index]["point"]
+
+
+def test_consumer_takes_a_cell_of_mixed_graph_modes(exported):
+    """Our graph-mode refusal has no consumer counterpart: a cell whose steps ran in two
+    CUDA-graph modes, labelled per row and in execution_mode, passes the consumer's
+    validator and selection, which read no graph label. Our refusal is the only guard."""
+    _, manifest, _, _ = exported
+    names = {"eager": "NONE", "piecewise": "PIECEWISE", "full": "FULL"}
+    ours = manifest["graph_modes"]["decode"]
+    other = next(mode for mode in names if mode != ours)
+
+    def mix(envelope: dict) -> None:
+        relabel_point(envelope, 0, sdbench_graph_mode=other,
+                      expected_cudagraph_mode=names[other])
+        envelope["execution_mode"] = f"mixed:{','.join(sorted({ours, other}))}"
+    cell, raw, plan = edited_cell(exported, "decode", "mixed-graph-modes", mix)
+    kept = consumer_validates(manifest, cell, raw, plan)
+    modes = {m.point["sdbench_graph_mode"] for m in kept}
+    assert modes == {ours, other}
+    print(f"consumer ACCEPTS a decode cell of graph modes {sorted(modes)} ({len(kept)} points): "
+          "only our export's refusal guards it")
+
+
+def _skip_last(envelope: dict) -> None:
+    """The envelope a run that skipped its last point writes: that point's result gone,
+    the coverage and skipped_points saying so."""
+    last = envelope["results"].pop()
+    envelope["iteration_groups"].pop()
+    expected = envelope["coverage"]["expected_points"]
+    envelope["coverage"].update(completed_points=expected - 1, skipped_points=1)
+    envelope["skipped_points"] = [{"benchmark_id": last["point"]["benchmark_id"],
+                                   "reason": "timing never arrived"}]
+
+
+def _partial(envelope: dict) -> None:
+    _skip_last(envelope)
+    envelope["status"] = "partial"
+
+
+def _complete_but_skipped(envelope: dict) -> None:
+    _skip_last(envelope)
+
+
+def _short_coverage(envelope: dict) -> None:
+    _skip_last(envelope)
+    envelope["skipped_points"] = []
+    envelope["coverage"]["skipped_points"] = 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_partial, "invalid native terminal result envelope"),
+    (_complete_but_skipped, "native result skipped work"),
+    (_short_coverage, "native benchmark coverage is incomplete"),
+], ids=["status-partial", "complete-with-skipped-points", "coverage-short"])
+def test_consumer_refuses_a_partial_envelope(exported, edit, message):
+    """Our refusal of a status other than complete has a consumer counterpart: its
+    validator refuses an envelope that skipped a point, however it is labelled."""
+    _, manifest, _, _ = exported
+    cell, raw, plan = edited_cell(exported, "decode", edit.__name__.strip("_"), edit)
+    refusal = refused(lambda: consumer_validates(manifest, cell, raw, plan))
+    assert message in refusal
+    print(f"{edit.__name__.strip('_')}: validate_native_collection refuses: {refusal}")
+
+
+def test_consumer_takes_a_synthetic_prefix(exported):
+    """Our synthetic-prefix refusal has no counterpart in the consumer's envelope path: a
+    cached prefill result seeded with a fake prefix (Dynamo's fake_prefix, stamped
+    prefill_fake_prefix) passes its validator and selection, and its collector route
+    records the row as n/a, as it records a real prefix. The loader checks the table's
+    label (it refuses a cached prefill row not labelled real_kv), and the table carries no
+    other seed provenance: our export's refusal, and its real_kv label written for verified
+    prefixes only, are the guard."""
+    root, manifest, profile, systems = exported
+    fake = {}
+
+    def seed_fake_prefix(envelope: dict) -> None:
+        index = next(i for i, r in enumerate(envelope["results"])
+                     if r["point"]["total_kv_read_tokens"] > 0)
+        result = envelope["results"][index]
+        assert result["kv_seed_regime"] == "real_prefix"
+        result["kv_seed_regime"] = "fake_prefix"
+        relabel_point(envelope, index, sample_reasons=["explicit", "prefill_fake_prefix"],
+                      sdbench_kv_seed_regime="synthetic_prefix")
+        fake.update(result["point"])
+    cell, raw, plan = edited_cell(exported, "prefill", "synthetic-prefix", seed_fake_prefix)
+    kept = consumer_validates(manifest, cell, raw, plan)
+    taken = [m for m in kept if m.point["benchmark_id"] == fake["benchmark_id"]]
+    assert [m.kv_seed_regime for m in taken] == ["fake_prefix"]
+    print(f"consumer ACCEPTS a fake-prefix cached prefill (B={fake['batch_size']}, new "
+          f"{fake['total_prefill_tokens']}, KV {fake['total_kv_read_tokens']}): "
+          f"validate_native_collection + select_native_measurements kept {len(kept)} points")
+    rows = aggregate_cell(plan, cell, raw.parent, expected_attempt_id=manifest["attempt_id"])
+    cached = {r["kv_seed_regime"] for r in rows if r["total_kv_read_tokens"] > 0}
+    assert cached == {"n/a"}
+    print(f"  its collector route (aggregate_cell) records every cached prefill row, fake or "
+          f"real, as {sorted(cached)}")
+    table = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
+    row = next(r for r in table if r["workload_kind"] == "prefill"
+               and r["total_kv_read_tokens"] > 0)
+    assert row["kv_seed_regime"] == "real_kv"
+    row["kv_seed_regime"] = "n/a"
+    rewrite_table(root, manifest, table)
+    message = refused(lambda: rust_model(manifest, profile, nextn=manifest["nextn"],
+                                         systems=systems))
+    assert "requires real_kv provenance" in message
+    print(f"  its Rust loader reads the table's label only: a cached prefill row labelled "
+          f"n/a: {message[:160]}")
+
+
 def test_consumer_refuses_colliding_coordinates(exported):
     """Our collision refusal's counterparts: two decode points that differ only by
     acceptance length are refused by select_native_measurements and by the loader."""
     root, manifest, profile, systems = exported
-    execution = tuple(manifest["execution_identity"])
-    plan, _ = build_plan(manifest, execution, profile)
-    decode = next(c for c in plan.cells if c.workload_kind == "decode")
-    raw = root.parent / "collision" / "raw"
-    shutil.copytree(root / "campaign" / "cells" / decode.cell_id / "raw", raw)
-    envelope_path = next(raw.glob(f"*/{exporter.ENVELOPE_FILE}"))
-    envelope = json.loads(envelope_path.read_text())
-    clone = copy.deepcopy(envelope["results"][0])
-    new_id = len(envelope["results"]) + 1
-    clone["point"].update(benchmark_id=new_id, sdbench_requested_acceptance_length=1.0)
-    clone["fpms"][0]["counter_id"] = new_id
-    group = copy.deepcopy(envelope["iteration_groups"][0])
-    group.update(benchmark_id=new_id, point=clone["point"])
-    group["rank_results"][0]["fpms"] = clone["fpms"]
-    envelope["results"].append(clone)
-    envelope["iteration_groups"].append(group)
-    envelope["coverage"].update(expected_points=new_id, completed_points=new_id)
-    envelope["timing"]["measured_iteration_seconds"] = math.fsum(
-        g["wall_time"] for g in envelope["iteration_groups"])
-    envelope_path.write_text(json.dumps(envelope))
-    collection = validate_native_collection(decode, raw, expected_plan_sha256=plan.sha256,
-                                            expected_attempt_id=manifest["attempt_id"])
-    message = refused(lambda: select_native_measurements(collection, cell_id=decode.cell_id))
+
+    def collide(envelope: dict) -> None:
+        clone = copy.deepcopy(envelope["results"][0])
+        new_id = len(envelope["results"]) + 1
+        clone["point"].update(benchmark_id=new_id, sdbench_requested_acceptance_length=1.0)
+        clone["fpms"][0]["counter_id"] = new_id
+        group = copy.deepcopy(envelope["iteration_groups"][0])
+        group.update(benchmark_id=new_id, point=clone["point"])
+        group["rank_results"][0]["fpms"] = clone["fpms"]
+        envelope["results"].append(clone)
+        envelope["iteration_groups"].append(group)
+        envelope["coverage"].update(expected_points=new_id, completed_points=new_id)
+    cell, raw, plan = edited_cell(exported, "decode", "collision", collide)
+    message = refused(lambda: consumer_validates(manifest, cell, raw, plan))
     assert "conflicting FPM measurements" in message
     print(f"select_native_measurements: {message}")
     rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
