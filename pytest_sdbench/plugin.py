@@ -2,7 +2,7 @@
 ``pytest11`` entry point, so installing pytest-sdbench is enough to use it.
 
 Fixtures (session scope, one engine per pytest-xdist worker; on CUDA each worker gets a GPU
-of its own, and more workers than GPUs is a usage error):
+of its own; with more workers than GPUs, a test that needs an engine fails at once):
   sdbench_engine      the started target + EAGLE3 engine (shut down at session end); one
                       that failed is shut down at once, and the next test that needs it
                       gets a fresh one (once) or fails fast with the first cause
@@ -40,6 +40,7 @@ VRAM_SAMPLER = pytest.StashKey[object]()
 SWEEP_RUNS = pytest.StashKey[list]()  # the sdbench_collection run of each K
 ENGINE = pytest.StashKey[object]()           # the session's engine (the current K's)
 REPORTED_FAILURE = pytest.StashKey[str]()     # the engine failure already summarised
+ENGINE_REFUSED = pytest.StashKey[str]()       # why no engine may start in this run
 RESTARTS_ALLOWED = 1   # a fresh engine after a failure; a second failure is final
 
 
@@ -79,7 +80,9 @@ def pytest_configure(config):
 
 def _assign_gpu(config) -> None:
     """pytest-xdist on CUDA: worker gwN gets visible GPU N as its only device (set before
-    anything initialises CUDA here); the controller refuses more workers than GPUs."""
+    anything initialises CUDA here). With more workers than GPUs no engine starts: every
+    test that needs one fails at once with the reason (_refuse_engine); the rest of the run,
+    which may not use sdbench at all, goes on."""
     from .host import CUDA_VISIBLE_ENV, gpu_for_worker, visible_gpus
     worker = getattr(config, "workerinput", None)
     workers = worker["workercount"] if worker else \
@@ -93,20 +96,34 @@ def _assign_gpu(config) -> None:
         device = gpu_for_worker(int(worker["workerid"].removeprefix("gw")) if worker else 0,
                                 workers, visible)
     except ValueError as exc:
-        raise pytest.UsageError(f"sdbench: {exc}") from None
+        config.stash[ENGINE_REFUSED] = f"sdbench: {exc}"
+        return
     if worker:
         os.environ[CUDA_VISIBLE_ENV] = device
 
 
 def _check_inputs(config) -> None:
     """The options, checked before any engine starts: one usage error (exit 4), not an
-    error per test after an engine start."""
-    from .session import InputError, check_inputs
+    error per test after an engine start. The default artifact folder is no option the user
+    gave: when it cannot be written, only the tests that need an engine are refused."""
+    from .session import InputError, check_inputs, out_dir_problem
     values = {option.dest: config.getoption(f"sdbench_{option.dest}") for option in OPTIONS}
+    chosen = config.getoption("sdbench_artifact_dir")
     try:
-        check_inputs(values, cli=False, out_dir=artifact_dir(config))
+        check_inputs(values, cli=False, out_dir=artifact_dir(config) if chosen else None)
     except InputError as exc:
         raise pytest.UsageError(str(exc)) from None
+    problem = None if chosen else out_dir_problem(artifact_dir(config))
+    if problem and ENGINE_REFUSED not in config.stash:
+        config.stash[ENGINE_REFUSED] = (f"sdbench: artifacts cannot be written: {problem}; "
+                                        "pass --sdbench-artifact-dir")
+
+
+def _refuse_engine(item) -> None:
+    """A test that needs the engine, in a run where none may start, fails before one does."""
+    refused = item.config.stash.get(ENGINE_REFUSED, None)
+    if refused and "sdbench_engine" in item.fixturenames:
+        pytest.fail(refused, pytrace=False)
 
 
 # ---- markers ------------------------------------------------------------------------------
@@ -116,6 +133,7 @@ def pytest_runtest_setup(item):
     """Skip what cannot run here; replace an engine that failed before this test's fixtures
     use it; start the VRAM sampler before fixtures are set up, so that an engine started for
     this test counts towards its peak."""
+    _refuse_engine(item)
     _revive_engine(item)
     if item.get_closest_marker("sdbench_cuda") or item.get_closest_marker("sdbench_vram"):
         if not vram.cuda_available():

@@ -40,14 +40,29 @@ def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
     assert host.visible_gpus() == []
 
 
-def test_too_many_xdist_workers_for_the_gpus_is_a_usage_error(pytester, monkeypatch):
+def test_too_many_xdist_workers_for_the_gpus_start_no_engine(pytester, monkeypatch):
+    """Each engine test fails at once, naming the counts; a test without sdbench runs (the
+    plugin is installed in repositories that never ask for an engine)."""
     pytest.importorskip("xdist")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")   # as on a one-GPU host
-    pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: sdbench: pytest-xdist runs 2 workers, one sdbench "
-                                 "engine each, but 1 CUDA device(s) are visible (0)*"])
+    pytester.makepyfile("def test_plain(): pass\n"
+                        "def test_engine(sdbench_engine): raise AssertionError('started')\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-rE",
+                                           "--dist", "each")
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(["sdbench: pytest-xdist runs 2 workers, one sdbench engine "
+                                 "each, but 1 CUDA device(s) are visible (0); run with -n 1*"])
+    assert "started" not in result.stdout.str()
+
+
+def test_an_unwritable_default_artifact_folder_refuses_only_engine_tests(pytester):
+    pytester.makepyfile("def test_plain(): pass\n"
+                        "def test_engine(sdbench_engine): raise AssertionError('started')\n")
+    (pytester.path / "sdbench-artifacts").write_text("a file where the folder would go")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rE")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["sdbench: artifacts cannot be written: */sdbench-artifacts "
+                                 "is not a directory; pass --sdbench-artifact-dir"])
 
 
 def _holder(registry: Path, dist_file: str | None = None) -> subprocess.Popen:
