@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from .files import atomic_write_text
 from .host import HostMonitor
 from .options import spelled
 from .points import EngineLimits, Grid, GridError, default_grid, derived_grid, load_grid
+from .points.sweep import shared_grid
 from .testing import restoration_violations
 from .vram import cuda_available
 from .wire import typed
@@ -513,18 +514,28 @@ def _leave_partial(checkpoint: Checkpoint, exc: BaseException, notify) -> None:
 SWEEP_INDEX_KIND = "pytest-sdbench/k-sweep-index"
 
 
+def sweep_index(runs: Sequence[tuple[Artifact, str]]) -> dict:
+    """The index of a K sweep: its artifacts (with the file names they were written under),
+    one per K, and the grid they share with K taken out (points.sweep), with its digest.
+    Each artifact's grid holds the shared grid with its K filled in and `own_points` besides
+    (none unless the grid was derived from each engine: batches at that K's captured sizes,
+    AL K+1); `grids_identical`: no artifact has any (docs/artifact.md, K-sweep index)."""
+    ordered = sorted(runs, key=lambda run: run[0].speculative.draft_depth)
+    shared = shared_grid([a.grid for a, _ in ordered])
+    entries = [{"draft_depth": a.speculative.draft_depth, "path": name, "run_id": a.run_id,
+                "status": a.status, "mode": a.mode, "grid_digest": a.integrity.grid_digest,
+                "own_points": len(a.grid) - len(shared)} for a, name in ordered]
+    return {"kind": SWEEP_INDEX_KIND, "created_at": utc_now(),
+            "draft_depths": [e["draft_depth"] for e in entries], "artifacts": entries,
+            "shared_grid": typed.encode(shared), "shared_grid_digest": typed.digest(shared),
+            "grids_identical": not any(e["own_points"] for e in entries),
+            "why": "vLLM fixes K (num_speculative_tokens) when the engine starts: its "
+                   "drafter, CUDA graphs and KV layout are built for it, so each K is "
+                   "measured on an engine of its own"}
+
+
 def write_sweep_index(runs: list[CollectionRun], out_dir: str | Path) -> Path:
-    """The index of a K sweep: one artifact per K, over one shared grid shape."""
-    entries = sorted(({"draft_depth": r.artifact.speculative.draft_depth,
-                       "path": r.path.name, "run_id": r.artifact.run_id,
-                       "status": r.artifact.status, "mode": r.artifact.mode,
-                       "grid_digest": r.artifact.integrity.grid_digest} for r in runs),
-                     key=lambda e: e["draft_depth"])
-    index = {"kind": SWEEP_INDEX_KIND, "created_at": utc_now(),
-             "draft_depths": [e["draft_depth"] for e in entries], "artifacts": entries,
-             "why": "vLLM fixes K (num_speculative_tokens) when the engine starts: its "
-                    "drafter, CUDA graphs and KV layout are built for it, so each K is "
-                    "measured on an engine of its own"}
+    index = sweep_index([(r.artifact, r.path.name) for r in runs])
     path = Path(out_dir) / f"sdbench-sweep-{uuid.uuid4().hex[:12]}.json"
     return atomic_write_text(path, json.dumps(index, indent=1) + "\n")
 

@@ -1,6 +1,7 @@
 """Production profiles on the real CPU engine: a decode point beyond one step's token
 budget, repeats with their summaries, engine arguments reaching the engine and the
-artifact, and a K sweep of 1-2 (one engine per K, an index naming both)."""
+artifact, and a K sweep of 1-2 (one engine per K, an index naming both and their shared
+grid)."""
 
 import json
 import statistics
@@ -10,7 +11,9 @@ import pytest
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.contract import STATUS_COMPLETE
 from pytest_sdbench.points import parse_grid
+from pytest_sdbench.points.sweep import SharedGrid, with_depth, without_depth
 from pytest_sdbench.testing import observation_violations
+from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.model import summarize
 
 
@@ -81,7 +84,14 @@ def test_k_sweep_runs_one_engine_per_k_and_indexes_the_artifacts(pytester):
     (index_path,) = (pytester.path / "out").glob("sdbench-sweep-*.json")
     index = json.loads(index_path.read_text())
     assert index["draft_depths"] == [1, 2]
+    shared = typed.decode(SharedGrid, index["shared_grid"])
+    assert shared.decode
+    assert index["grids_identical"] is True
     for entry in index["artifacts"]:
         report = validate_path(pytester.path / "out" / entry["path"])
         assert report.ok, report.errors
-        assert report.artifact.speculative.draft_depth == entry["draft_depth"]
+        k = report.artifact.speculative.draft_depth
+        assert k == entry["draft_depth"]
+        # The same K-free grid for every K; the artifact's is it with its K.
+        assert without_depth(report.artifact.grid) == shared
+        assert with_depth(shared, k) == report.artifact.grid

@@ -67,25 +67,25 @@ def _log_spaced(low: int, high: int, factor: int) -> list[int]:
 
 
 def derived_batches(limits: EngineLimits) -> list[int]:
-    """Decode batches: the captured batch sizes (a uniform decode step of B requests is
-    B*(1+K) tokens) on a log scale, each with C+1 beside it (the first size past a graph),
-    up to max_num_seqs; powers of two when the engine captures nothing."""
+    """Decode batches: every captured batch size C (a uniform decode step of B requests is
+    B*(1+K) tokens, so C is a capture size over 1+K) and C+1 beside it (the first batch
+    past that graph), up to max_num_seqs; powers of two with +1 when the engine captures
+    nothing (eager)."""
     per_request = limits.draft_depth + 1
-    captured = sorted({s // per_request for s in limits.capture_sizes
-                       if s % per_request == 0 and 0 < s // per_request <= limits.max_num_seqs})
+    captured = {s // per_request for s in limits.capture_sizes
+                if s % per_request == 0 and 0 < s // per_request <= limits.max_num_seqs}
     if not captured:
-        captured = _log_spaced(1, limits.max_num_seqs, 2)
-    chosen = {b for b in captured if b & (b - 1) == 0} | {captured[-1]}
-    batches = chosen | {b + 1 for b in chosen if b + 1 <= limits.max_num_seqs}
-    return sorted(batches)
+        captured = set(_log_spaced(1, limits.max_num_seqs, 2))
+    beside = {b + 1 for b in captured if b + 1 <= limits.max_num_seqs}
+    return sorted(captured | beside)
 
 
 def derived_grid(limits: EngineLimits, acceptance_length: float | None = None) -> Grid:
     """The grid derived from the engine as it serves:
     - decode: derived_batches x contexts 256, 1k, 4k, 16k, ... and the longest power of two
       within max_model_len (less room for the run's output), where the batch's KV fits the
-      capacity; on CUDA with
-      synthetic acceptance, the engine's AL everywhere plus AL 1 and K+1 at 1k context;
+      capacity; on CUDA with synthetic acceptance, the engine's AL everywhere plus AL 1
+      and K+1 at the context nearest 1k;
     - prefill: batches 1, 4, 16 x new tokens 64, 256, 1k, ... up to the step budget, with a
       cached prefix of 0 and of one share of the context (the new tokens' length, in whole
       blocks)."""
@@ -97,14 +97,16 @@ def derived_grid(limits: EngineLimits, acceptance_length: float | None = None) -
     if contexts and longest > contexts[-1]:
         contexts.append(longest)
     als: tuple[float | None, ...] = (acceptance_length,)
+    # The AL range 1..K+1 at one context: 1k, or the nearest when max_model_len is short.
+    al_context = min(contexts, key=lambda c: abs(c - 1024), default=None)
     decode = []
     for b in derived_batches(limits):
         for c in contexts:
             if b * (c + room) > limits.kv_tokens or b * min(c, 3 * block) > \
                     limits.max_num_batched_tokens:
                 continue
-            sweep = (1.0, acceptance_length, float(k + 1)) if limits.synthetic and c == 1024 \
-                else als
+            sweep = (1.0, acceptance_length, float(k + 1)) \
+                if limits.synthetic and c == al_context else als
             for al in dict.fromkeys(sweep):
                 decode.append(DecodePoint(b, c, k, al))
     prefill = []
