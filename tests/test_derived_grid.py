@@ -21,18 +21,20 @@ LIMITS = EngineLimits(draft_depth=3, block_size=16, max_num_seqs=64,
                       capture_sizes=CAPTURE_SIZES, synthetic=False)
 
 
-def _captured_batches(limits: EngineLimits) -> set[int]:
+def _boundaries(limits: EngineLimits) -> set[int]:
+    """For each capture size, the largest batch whose uniform decode step it holds."""
     per_request = limits.draft_depth + 1
-    return {s // per_request for s in limits.capture_sizes if s % per_request == 0}
+    return {min(s // per_request, limits.max_num_seqs) for s in limits.capture_sizes
+            if s >= per_request}
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
-def test_batches_are_every_captured_batch_and_the_next_up_to_max_num_seqs(k):
+def test_batches_are_every_graph_boundary_and_the_next_up_to_max_num_seqs(k):
     limits = replace(LIMITS, draft_depth=k, max_num_seqs=40)
-    captured = {b for b in _captured_batches(limits) if b <= 40}
+    fullest = _boundaries(limits)
     batches = derived_batches(limits)
-    assert set(batches) == captured | {b + 1 for b in captured if b + 1 <= 40}
-    assert max(batches) <= 40
+    assert set(batches) == fullest | {b + 1 for b in fullest if b + 1 <= 40}
+    assert min(batches) == 1 and max(batches) == 40
     decode_batches = {p.batch_size for p in derived_grid(limits).decode}
     assert decode_batches == set(batches)
 
@@ -41,6 +43,13 @@ def test_batches_between_powers_of_two_are_kept():
     """K=3: 24, 40 and 48 tokens are captured, so batches 6, 10 and 12 are (with 7, 11, 13)."""
     batches = derived_batches(replace(LIMITS, capture_sizes=(4, 8, 24, 40, 48)))
     assert batches == [1, 2, 3, 6, 7, 10, 11, 12, 13]
+
+
+def test_a_capture_size_that_is_no_multiple_of_one_plus_k_still_marks_a_boundary():
+    """K=2 (3 tokens a request): 4 tokens hold one request, 8 two, 16 five, 24 eight; each
+    batch past them runs in the next graph up."""
+    batches = derived_batches(replace(LIMITS, draft_depth=2, capture_sizes=(1, 2, 4, 8, 16, 24)))
+    assert batches == [1, 2, 3, 5, 6, 8, 9]
 
 
 def test_eager_engine_takes_powers_of_two_and_the_next():

@@ -67,13 +67,14 @@ def _log_spaced(low: int, high: int, factor: int) -> list[int]:
 
 
 def derived_batches(limits: EngineLimits) -> list[int]:
-    """Decode batches: every captured batch size C (a uniform decode step of B requests is
-    B*(1+K) tokens, so C is a capture size over 1+K) and C+1 beside it (the first batch
+    """Decode batches at every CUDA-graph boundary: a uniform decode step of B requests is
+    B*(1+K) tokens and runs in the smallest captured size that holds it, so for each capture
+    size the largest B it holds (C, the fullest graph) and C+1 beside it (the first batch
     past that graph), up to max_num_seqs; powers of two with +1 when the engine captures
     nothing (eager)."""
     per_request = limits.draft_depth + 1
-    captured = {s // per_request for s in limits.capture_sizes
-                if s % per_request == 0 and 0 < s // per_request <= limits.max_num_seqs}
+    captured = {min(s // per_request, limits.max_num_seqs) for s in limits.capture_sizes
+                if s >= per_request}
     if not captured:
         captured = set(_log_spaced(1, limits.max_num_seqs, 2))
     beside = {b + 1 for b in captured if b + 1 <= limits.max_num_seqs}
