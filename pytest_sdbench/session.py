@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -292,9 +293,19 @@ def out_dir_problem(path: str | Path) -> str | None:
     if not probe.is_dir():
         return (f"{path} is not a directory" if probe == path else
                 f"{path} cannot be created: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if not os.access(probe, os.W_OK | os.X_OK) or not _can_create_in(probe):
         return f"{probe} is not writable" + (f" (to create {path})" if probe != path else "")
     return None
+
+
+def _can_create_in(folder: Path) -> bool:
+    """A file can be made there: access() alone says yes to root in /proc or /sys, where
+    nothing can be created. The probe file is removed at once."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def grid_for(engine, manifest: str | None = None) -> Grid:

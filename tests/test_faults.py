@@ -123,6 +123,10 @@ def _cli_cases(tmp_path):
         "out is a file": (["--out", str(tmp_path / "a-file" / "sub")],
                           f"sdbench collect: --out: {tmp_path / 'a-file' / 'sub'} cannot be "
                           f"created: {tmp_path / 'a-file'} is not a directory"),
+        # a folder where nothing can be created, though access() says root may write there
+        "out where nothing can be created": (["--out", "/proc/sdbench-out"],
+                                             "sdbench collect: --out: /proc is not writable "
+                                             "(to create /proc/sdbench-out)"),
     }
 
 
