@@ -151,9 +151,27 @@ def relabel(d, keep: str) -> None:
     cohere(d)
 
 
-@forgery("relabel", r"^identity\.device_name: '[^']*' on a '(cpu|cuda)' run; CUDA device names")
+DEVICE_NAME = r"^identity\.device_name: '[^']*' on a '(cpu|cuda)' run; a GPU's name begins with"
+# Names torch.cuda.get_device_name gives real GPUs.
+GPU_NAMES = ("NVIDIA H200", "Tesla T4", "Tesla V100-SXM2-16GB", "Quadro RTX 6000",
+             "NVIDIA GeForce RTX 4090", "TITAN V", "AMD Instinct MI300X")
+
+
+def rename_device(d, name: str) -> None:
+    d["identity"]["device_name"]["value"] = name
+    for _, obs in observations(d):
+        obs["provenance"]["device_name"] = name
+    reseal(d)
+
+
+@forgery("relabel", DEVICE_NAME)
 def relabel_device_name(d, draw):
     relabel(d, "device_name")
+
+
+@forgery("relabel", DEVICE_NAME + r" one of NVIDIA, Tesla, .*, a CPU's with none$", applies=cpu)
+def gpu_name_on_cpu(d, draw):
+    rename_device(d, pick(draw, GPU_NAMES))
 
 
 @forgery("relabel", r"^(prefill|decode)\[\d+\]\.provenance\.device_name: '[^']*' differs from "
@@ -702,6 +720,25 @@ def test_every_class_has_a_forgery_on_every_base(base):
 @pytest.mark.parametrize("base", list(BASES))
 def test_the_bases_are_valid(base):
     report = validate_data(load(base))
+    assert report.ok, report.errors
+
+
+@pytest.mark.parametrize("name", GPU_NAMES)
+@pytest.mark.parametrize("base", [b for b in BASES if cuda(forge._LOADED[b])])
+def test_real_gpu_names_are_accepted_on_a_cuda_run(base, name):
+    d = load(base)
+    rename_device(d, name)
+    report = validate_data(d)
+    assert report.ok, report.errors
+
+
+@pytest.mark.parametrize("name", ["x86_64", "aarch64", "AMD64 Family 23 Model 49 Stepping 0, "
+                                  "AuthenticAMD"])
+def test_cpu_names_are_accepted_on_a_cpu_run(name):
+    """A GPU prefix counts as a whole word: Windows' "AMD64 ..." processor is no GPU."""
+    d = load("cpu-v4")
+    rename_device(d, name)
+    report = validate_data(d)
     assert report.ok, report.errors
 
 

@@ -29,12 +29,12 @@ from ..wire.contract import (
     BOOKING_MEASURED,
     CLOCK_SLACK_SECONDS,
     CONTENTION_OTHER_CORES,
-    CUDA_DEVICE_NAME_PREFIX,
     CUDAGRAPH_NONE,
     DEVICE_CPU,
     DEVICE_CUDA,
     DEVICES_WITH_SYNTHETIC_ACCEPTANCE,
     GENERATION_SAMPLING,
+    GPU_NAME_PREFIXES,
     GRAPH_EAGER,
     GRAPH_MODES_BY_DEVICE,
     IDENTITY_RESOLVED,
@@ -158,6 +158,11 @@ def _value(f: IdentityField):
 def _int_value(f: IdentityField) -> int | None:
     v = _value(f)
     return v if type(v) is int else None
+
+
+def _gpu_name(name: str) -> bool:
+    """A GPU's device name: it begins with one of the GPU name prefixes, as a whole word."""
+    return any(name == p or name.startswith(p + " ") for p in GPU_NAME_PREFIXES)
 
 
 def _observations(a: Artifact):
@@ -289,9 +294,9 @@ def _check_identity(a: Artifact, err: Err, legacy) -> None:
     name = _value(ident.device_name)
     if not isinstance(name, str) or not name:
         err(f"identity.device_name: must be a resolved name, got {name!r}")
-    elif name.startswith(CUDA_DEVICE_NAME_PREFIX) != (device == DEVICE_CUDA):
-        err(f"identity.device_name: {name!r} on a {device!r} run; CUDA device names begin "
-            f"{CUDA_DEVICE_NAME_PREFIX!r}, others never do")
+    elif _gpu_name(name) != (device == DEVICE_CUDA):
+        err(f"identity.device_name: {name!r} on a {device!r} run; a GPU's name begins with "
+            f"one of {', '.join(GPU_NAME_PREFIXES)}, a CPU's with none")
     backend = _value(ident.attention_backend)
     for other, backends in ATTENTION_BACKENDS_BY_DEVICE.items():
         if other != device and backend in backends:
