@@ -363,8 +363,10 @@ def draft_depth_zero_under_eagle3(d, draw):
     cohere(d)
 
 
-@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: needs batch_size\*\([a-z_+\d]+\) = \d+ KV "
-         r"tokens, kv_capacity\.tokens is \d+$")
+@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: (needs batch_size\*\([a-z_+\d]+\) = \d+ KV "
+         r"tokens, kv_capacity\.tokens is \d+|the batch needs more KV than the engine holds "
+         r"\(\d+ tokens\): .* = \d+|batch_size\*\(context\+output\) needs \d+ KV tokens, the "
+         r"engine holds \d+)$")
 def kv_capacity_too_small_for_the_grid(d, draw):
     kv = d["kv_capacity"]
     kv["num_blocks"] = draw(st.integers(1, 4))
@@ -372,6 +374,69 @@ def kv_capacity_too_small_for_the_grid(d, draw):
     if "rank_num_blocks" in kv:
         kv["rank_num_blocks"] = [kv["num_blocks"]]
     reseal(d)
+
+
+# ---- 4b. the engine's limits (identity.settings), re-applied to the grid -------------------
+
+def limited(d):
+    """An artifact that states its engine's limits (schema v4)."""
+    return v4(d) and d["identity"]["settings"]["max_num_seqs"]["status"] == "resolved"
+
+
+def set_setting(d, name: str, value) -> None:
+    """A setting changed where the artifact states it: in effect, and as the user asked."""
+    d["identity"]["settings"][name]["value"] = value
+    if name in d["identity"]["settings"]["user_engine_args"]:
+        d["identity"]["settings"]["user_engine_args"][name] = json.dumps(value)
+    reseal(d)
+
+
+def largest_batch(d) -> int:
+    return max(p["batch_size"] for phase in forge.PHASES for p in d["grid"][phase])
+
+
+@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]\.batch_size: \d+ exceeds max_num_seqs \d+$",
+         applies=lambda d: limited(d) and largest_batch(d) > 1)
+def max_num_seqs_below_the_batches(d, draw):
+    set_setting(d, "max_num_seqs", draw(st.integers(1, largest_batch(d) - 1)))
+
+
+@forgery("grid", r"^grid\.(prefill\[\d+\]: batch_size\*new_tokens = \d+ exceeds "
+         r"max_num_batched_tokens 8; the step would be chunked|decode\[\d+\]\.batch_size: "
+         r"re-admitting \d+ cached prompts takes up to \d+ tokens in one step, over "
+         r"max_num_batched_tokens 8)$", applies=limited)
+def max_num_batched_tokens_of_8(d, draw):
+    set_setting(d, "max_num_batched_tokens", 8)
+
+
+@forgery("grid", r"^grid\.(prefill\[\d+\]: cached_prefix_tokens\+new_tokens = \d+ exceeds "
+         r"max_model_len 16|decode\[\d+\]\.context_tokens: \d+ leaves no room for the run of "
+         r"\d+ output tokens within max_model_len 16)$", applies=limited)
+def max_model_len_of_16(d, draw):
+    set_setting(d, "max_model_len", 16)
+
+
+def cached(d):
+    return limited(d) and any(p["cached_prefix_tokens"] for p in d["grid"]["prefill"])
+
+
+@forgery("grid", r"^grid\.prefill\[\d+\]\.cached_prefix_tokens: must be a multiple of the KV "
+         r"block size \d+ to be an exact cache hit, got \d+$", applies=cached)
+def prefix_not_whole_blocks(d, draw):
+    """A cached prefix cut short of its last block, every row of the point made to fit."""
+    index = pick(draw, [i for i, p in enumerate(d["grid"]["prefill"])
+                        if p["cached_prefix_tokens"]])
+    point = d["grid"]["prefill"][index]
+    prefix = point["cached_prefix_tokens"] - draw(
+        st.integers(1, d["kv_capacity"]["block_size"] - 1))
+    point["cached_prefix_tokens"] = prefix
+    for obs in d["prefill"]:
+        if obs["point_index"] == index:
+            obs["point"] = copy.deepcopy(point)
+            obs["cache_hit_tokens"] = [prefix] * point["batch_size"]
+            for request in obs["snapshot"]["requests"]:
+                request.update(kv_tokens=prefix, prompt_tokens=prefix + point["new_tokens"])
+    cohere(d)
 
 
 # ---- 5. KV groups -----------------------------------------------------------------------------
