@@ -439,6 +439,56 @@ def prefix_not_whole_blocks(d, draw):
     cohere(d)
 
 
+# ---- 4c. the engine settings against themselves, the KV capacity and the device -----------
+
+def setting(d, name: str):
+    return d["identity"]["settings"][name]["value"]
+
+
+@forgery("grid", r"^identity\.settings\.block_size: \d+ differs from kv_capacity\.block_size "
+         r"\d+$", applies=limited)
+def settings_block_size_differs(d, draw):
+    block = d["kv_capacity"]["block_size"]
+    set_setting(d, "block_size", pick(draw, [b for b in (8, 16, 32, 64, 128) if b != block]))
+
+
+@forgery("grid", r"^(identity\.cudagraph_mode: '\w+' under identity\.settings\.enforce_eager "
+         r"true; an eager engine's mode is 'none'|(prefill|decode)\[\d+\]\.graph_mode: "
+         r"'(full|piecewise)', yet identity\.settings\.enforce_eager is true .*)$",
+         must=r"^identity\.cudagraph_mode: '\w+' under identity\.settings\.enforce_eager true",
+         applies=lambda d: limited(d) and captures(d))
+def enforce_eager_with_graphs(d, draw):
+    """An engine said eager whose identity captured graphs (its rows made eager or not)."""
+    if draw(st.booleans()):
+        for _, obs in observations(d):
+            obs["graph_mode"] = "eager"
+    set_setting(d, "enforce_eager", True)
+
+
+@forgery("grid", r"^identity\.settings\.cudagraph_capture_sizes: \[[\d, ]+\] on a 'cpu' run; a "
+         r"CPU engine captures no CUDA graphs$", applies=lambda d: limited(d) and cpu(d))
+def capture_sizes_on_cpu(d, draw):
+    set_setting(d, "cudagraph_capture_sizes",
+                sorted(draw(st.sets(st.integers(1, 512), min_size=1, max_size=8))))
+
+
+@forgery("grid", r"^identity\.settings\.gpu_memory_utilization: must lie in \(0, 1\], got "
+         r"-?[.\de+]+$", applies=limited)
+def gpu_memory_utilization_outside_0_1(d, draw):
+    set_setting(d, "gpu_memory_utilization",
+                pick(draw, [0.0, -0.5, 1.01, 92.0, draw(st.floats(1.0001, 100.0))]))
+
+
+@forgery("grid", r"^identity\.settings\.(\w+: must be a positive integer, got -?[.\d]+|"
+         r"block_size: -?[.\d]+ differs from kv_capacity\.block_size \d+)$",
+         must=r"^identity\.settings\.\w+: must be a positive integer", applies=limited)
+def limit_not_a_positive_integer(d, draw):
+    names = [n for n in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                         "block_size", "kv_cache_memory_bytes")
+             if d["identity"]["settings"][n]["status"] == "resolved"]
+    set_setting(d, pick(draw, names), pick(draw, [0, -1, -draw(st.integers(2, 10**6)), 2.5]))
+
+
 # ---- 5. KV groups -----------------------------------------------------------------------------
 
 @forgery("kv_groups", r"^kv_capacity\.groups: every layer \(\d+\) is a draft layer; the "

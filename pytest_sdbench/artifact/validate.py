@@ -310,6 +310,45 @@ def _check_identity(a: Artifact, err: Err, legacy) -> None:
     if pp is None or pp < 1:
         err("identity.pipeline_parallel_size: must be a resolved integer >= 1, got "
             f"{ident.pipeline_parallel_size.value!r}")
+    _check_settings(a, err)
+
+
+# Settings that are limits: a resolved one is a positive integer.
+POSITIVE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+                     "kv_cache_memory_bytes")
+BOOLEAN_SETTINGS = ("enable_chunked_prefill", "enable_prefix_caching", "enforce_eager")
+
+
+def _check_settings(a: Artifact, err: Err) -> None:
+    """identity.settings against itself, the KV capacity and the device (unresolved settings,
+    as in legacy artifacts, are not judged)."""
+    settings, where = a.identity.settings, "identity.settings"
+    for name in POSITIVE_SETTINGS:
+        value = _value(getattr(settings, name))
+        if value is not None and (type(value) is not int or value <= 0):
+            err(f"{where}.{name}: must be a positive integer, got {value!r}")
+    for name in BOOLEAN_SETTINGS:
+        value = _value(getattr(settings, name))
+        if value is not None and type(value) is not bool:
+            err(f"{where}.{name}: must be a boolean, got {value!r}")
+    block = _value(settings.block_size)
+    if block is not None and block != a.kv_capacity.block_size:
+        err(f"{where}.block_size: {block!r} differs from kv_capacity.block_size "
+            f"{a.kv_capacity.block_size}")
+    share = _value(settings.gpu_memory_utilization)
+    if share is not None and (type(share) not in (int, float) or not 0 < share <= 1):
+        err(f"{where}.gpu_memory_utilization: must lie in (0, 1], got {share!r}")
+    sizes = _value(settings.cudagraph_capture_sizes)
+    if sizes is not None and (not isinstance(sizes, tuple) or any(s <= 0 for s in sizes)):
+        err(f"{where}.cudagraph_capture_sizes: must be a list of positive integers, got "
+            f"{sizes!r}")
+    elif sizes and a.device == DEVICE_CPU:
+        err(f"{where}.cudagraph_capture_sizes: {list(sizes)} on a {a.device!r} run; a CPU "
+            "engine captures no CUDA graphs")
+    graphs = _value(a.identity.cudagraph_mode)
+    if _value(settings.enforce_eager) is True and graphs not in (None, CUDAGRAPH_NONE):
+        err(f"identity.cudagraph_mode: {graphs!r} under {where}.enforce_eager true; an eager "
+            f"engine's mode is {CUDAGRAPH_NONE!r}")
 
 
 def _check_identity_fields(node, where: str, err: Err) -> None:
@@ -624,6 +663,9 @@ def _check_provenance(a: Artifact, obs, where: str, err: Err) -> None:
     elif obs.graph_mode != GRAPH_EAGER and _value(a.identity.cudagraph_mode) == CUDAGRAPH_NONE:
         err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.cudagraph_mode is "
             f"{CUDAGRAPH_NONE!r} (the engine captured no graph)")
+    elif obs.graph_mode != GRAPH_EAGER and _value(a.identity.settings.enforce_eager) is True:
+        err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.settings.enforce_eager is "
+            "true (the engine ran every step eager)")
 
 
 def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
