@@ -613,6 +613,43 @@ def identity_draft_depth_differs(d, draw):
     reseal(d)
 
 
+@forgery("identity_header", r"^identity\.draft\.(model|architecture): unresolved \('.*'\); an "
+         r"eagle3 run names the draft model it ran$")
+def draft_identity_unresolved(d, draw):
+    d["identity"]["draft"][pick(draw, ["model", "architecture"])] = {
+        "status": "unresolved", "value": None, "source": None,
+        "reason": pick(draw, ["not recorded", "unknown", "no config"])}
+    reseal(d)
+
+
+# Identity facts no other rule compares, where a blank value is the only tell.
+BLANKABLE = [("target", "model"), ("target", "architecture"), ("target", "dtype"),
+             ("draft", "model"), ("draft", "architecture"), ("draft", "dtype"),
+             ("attention_backend",), ("distributed_executor_backend",), ("communication",),
+             ("settings", "kv_cache_dtype")]
+
+
+def resolved_strings(d) -> list[tuple[str, ...]]:
+    def at(path):
+        node = d["identity"]
+        for key in path:
+            node = node.get(key, {})
+        return node
+    return [p for p in BLANKABLE if at(p).get("status") == "resolved"
+            and isinstance(at(p).get("value"), str)]
+
+
+@forgery("identity_header", r"^identity\.[\w.]+: resolved to a blank string '(\s*|\\t)'; a "
+         r"resolved fact names what was read")
+def identity_value_blanked(d, draw):
+    *parents, name = pick(draw, resolved_strings(d))
+    node = d["identity"]
+    for key in parents:
+        node = node[key]
+    node[name]["value"] = pick(draw, ["", " ", "\t"])
+    reseal(d)
+
+
 # ---- 7. legacy labels ---------------------------------------------------------------------
 
 LABEL = r"^(schema_version: \d \([\w-]+\) does not fit the document: .* is a field of " \

@@ -246,6 +246,10 @@ def _check_policy(a: Artifact, err: Err, legacy) -> None:
 
 # ---- speculative decoding and the identity ---------------------------------------------
 
+# The identity facts that say which draft an EAGLE3 run ran: always read from its config.
+DRAFT_NAMED_BY = ("model", "architecture")
+
+
 def _check_speculative(a: Artifact, err: Err, legacy) -> None:
     spec, ident = a.speculative, a.identity
     if legacy == V1:
@@ -259,6 +263,12 @@ def _check_speculative(a: Artifact, err: Err, legacy) -> None:
     if _value(ident.method) != spec.method:
         err(f"identity.method: {_value(ident.method)!r} differs from speculative.method "
             f"{spec.method!r}")
+    if spec.method == SPEC_METHOD_EAGLE3:
+        for name in DRAFT_NAMED_BY:
+            fact = getattr(ident.draft, name)
+            if fact.status != IDENTITY_RESOLVED:
+                err(f"identity.draft.{name}: unresolved ({fact.reason!r}); an "
+                    f"{SPEC_METHOD_EAGLE3} run names the draft model it ran")
     if spec.draft_depth < 1:
         err(f"speculative.draft_depth: must be >= 1 under {SPEC_METHOD_EAGLE3}, got "
             f"{spec.draft_depth}")
@@ -357,6 +367,9 @@ def _check_identity_fields(node, where: str, err: Err) -> None:
             if node.value is None or not node.source or node.reason is not None:
                 err(f"{where}: resolved fields need a value and a source and no reason, got "
                     f"value={node.value!r} source={node.source!r} reason={node.reason!r}")
+            elif isinstance(node.value, str) and not node.value.strip():
+                err(f"{where}: resolved to a blank string {node.value!r}; a resolved fact "
+                    "names what was read (an unknown one is unresolved, with a reason)")
         elif not node.reason or node.value is not None:
             err(f"{where}: unresolved fields need a reason and no value, got "
                 f"value={node.value!r} reason={node.reason!r}")
