@@ -243,6 +243,14 @@ def native_id_not_positive(d, draw):
     cohere(d)
 
 
+@forgery("shape", r"^(prefill|decode)\[\d+\]\.snapshot\.queue\.running: \d+, yet the step "
+         r"schedules \d+ requests \(every scheduled request is running\)$")
+def fewer_running_than_scheduled(d, draw):
+    snap = pick_obs(draw, d)["snapshot"]
+    snap["queue"]["running"] = draw(st.integers(0, len(snap["requests"]) - 1))
+    cohere(d)
+
+
 # ---- 3. timing sums and bounds --------------------------------------------------------------
 
 STEP_BOUND = r"^(prefill|decode)\[\d+\]\.timing\.seconds: [-+.e\d]+ (is outside \[|for \d+ " \

@@ -706,6 +706,9 @@ def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
     for name in ("waiting", "running"):
         if getattr(snap.queue, name) < 0:
             err(f"{where}.snapshot.queue.{name}: must be >= 0, got {getattr(snap.queue, name)}")
+    if 0 <= snap.queue.running < len(snap.requests):
+        err(f"{where}.snapshot.queue.running: {snap.queue.running}, yet the step schedules "
+            f"{len(snap.requests)} requests (every scheduled request is running)")
     for j, c in enumerate(snap.corrections):
         if not 1 <= c.from_iteration_id < snap.native_iteration_id or c.rejected_tokens < 0:
             err(f"{where}.snapshot.corrections[{j}]: from_iteration_id {c.from_iteration_id}, "
