@@ -28,7 +28,7 @@ from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text
 from .host import HostMonitor
 from .options import spelled
-from .points import EngineLimits, Grid, GridError, default_grid, derived_grid, load_grid
+from .points import Grid, GridError, default_grid, derived_grid, load_grid
 from .points.sweep import shared_grid
 from .testing import restoration_violations
 from .vram import cuda_available
@@ -318,7 +318,7 @@ def grid_for(engine, manifest: str | None = None) -> Grid:
         return default_grid(engine.spec.draft_depth, engine.block_size, (al,),
                             large=engine.spec.preset != "tiny",
                             max_batched_tokens=engine.max_num_batched_tokens)
-    return derived_grid(engine_limits(engine), acceptance_length=al)
+    return derived_grid(engine.limits, acceptance_length=al)
 
 
 @dataclass
@@ -335,18 +335,6 @@ class InvalidArtifact(AssertionError):
 
 class EngineNotRestored(AssertionError):
     """After a collection the engine does not hold or serve what it did at start-up."""
-
-
-def engine_limits(engine) -> EngineLimits:
-    """The started engine's own limits, as the grid derivation needs them."""
-    sizes = engine.identity.settings.cudagraph_capture_sizes
-    eager = engine.identity.cudagraph_mode.value in ("none", None)
-    return EngineLimits(
-        draft_depth=engine.spec.draft_depth, block_size=engine.block_size,
-        max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
-        max_model_len=engine.max_model_len, kv_tokens=engine.kv_capacity.tokens,
-        capture_sizes=() if eager or not sizes.resolved else tuple(sizes.value),
-        synthetic=engine.spec.synthetic_acceptance_length is not None)
 
 
 def artifact_name(mode: str, run_id: str, worker: str | None) -> str:

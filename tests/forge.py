@@ -20,10 +20,13 @@ from pytest_sdbench.wire.typed import digest
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = ROOT / "docs" / "evidence" / "h200"
-# Real artifacts: the CPU v4 fixture, and the committed H200 agg artifacts (schema v3, read
-# as legacy; their forgeries stay v3-shaped, digests recomputed on the document as written).
+# Real artifacts: the CPU v4 fixture; a v4 H200 production profile (the smallest of K=3:
+# graphs, synthetic acceptance, 5 repeats, engine settings); and the committed H200 agg
+# artifacts (schema v3, read as legacy; their forgeries stay v3-shaped, digests recomputed
+# on the document as written).
 BASES = {
     "cpu-v4": FIXTURES / "cpu-agg-v4.json",
+    "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json",
     "h200-graph-v3": H200 / "artifacts-graph" / "sdbench-agg-150af679fb5a.json",
     "h200-eager-v3": H200 / "artifacts-eager" / "sdbench-agg-d7f9e6f72f75.json",
 }
@@ -111,6 +114,25 @@ def drop_point(data: dict, phase: str, index: int, reason: str) -> None:
     data[phase] = [o for o in data[phase] if o["point_index"] != index]
     data["coverage"]["skipped_points"].append(
         {"phase": phase, "point_index": index, "reason": reason})
+
+
+def dedupe_decode(data: dict) -> None:
+    """Decode points made equal by an edit (every requested AL set alike) merged into the
+    first: the others' observations and skips dropped, the indices that follow renumbered."""
+    first: dict[str, int] = {}
+    renumber: dict[int, int] = {}
+    for old, point in enumerate(data["grid"]["decode"]):
+        key = json.dumps(point, sort_keys=True)
+        if key not in first:
+            first[key] = len(first)
+            renumber[old] = first[key]
+    data["grid"]["decode"] = [json.loads(key) for key in first]
+    data["decode"] = [dict(o, point_index=renumber[o["point_index"]]) for o in data["decode"]
+                      if o["point_index"] in renumber]
+    data["coverage"]["skipped_points"] = [
+        dict(s, point_index=renumber.get(s["point_index"], s["point_index"]))
+        for s in data["coverage"]["skipped_points"]
+        if s["phase"] != "decode" or s["point_index"] in renumber]
 
 
 def scale_times(data: dict, factor: float) -> None:

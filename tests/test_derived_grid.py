@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_sdbench.engine import PRESETS
+from pytest_sdbench.engine.launch import EngineSurface
 from pytest_sdbench.points import EngineLimits, default_grid, derived_grid
 from pytest_sdbench.points.defaults import derived_batches
-from pytest_sdbench.session import engine_limits, grid_for
+from pytest_sdbench.session import grid_for
 
 # vLLM's default capture sizes for max_num_seqs 64 at K=3 (1, 2, 4, then steps of 8 and 16).
 CAPTURE_SIZES = (1, 2, 4, *range(8, 257, 8), *range(272, 513, 16))
@@ -34,7 +35,8 @@ def test_batches_are_every_graph_boundary_and_the_next_up_to_max_num_seqs(k):
     fullest = _boundaries(limits)
     batches = derived_batches(limits)
     assert set(batches) == fullest | {b + 1 for b in fullest if b + 1 <= 40}
-    assert min(batches) == 1 and max(batches) == 40
+    assert min(batches) == 1
+    assert max(batches) == 40
     decode_batches = {p.batch_size for p in derived_grid(limits).decode}
     assert decode_batches == set(batches)
 
@@ -114,21 +116,23 @@ def test_acceptance_lengths_range_one_to_k_plus_one_with_synthetic_acceptance_on
 
 def _engine(oracle: bool, graph_mode: str = "full_and_piecewise", al: float | None = None,
             preset: str = "qwen3-0.6b", budget: int = 16384):
-    sizes = SimpleNamespace(resolved=True, value=list(CAPTURE_SIZES))
-    return SimpleNamespace(
+    sizes = SimpleNamespace(resolved=True, value=CAPTURE_SIZES)
+    engine = SimpleNamespace(
         spec=SimpleNamespace(draft_depth=3, synthetic_acceptance_length=al,
                              oracle_limits=oracle, preset=preset),
         block_size=16, max_num_seqs=64, max_num_batched_tokens=budget, max_model_len=8448,
         kv_capacity=SimpleNamespace(tokens=1 << 20),
         identity=SimpleNamespace(settings=SimpleNamespace(cudagraph_capture_sizes=sizes),
                                  cudagraph_mode=SimpleNamespace(value=graph_mode)))
+    engine.limits = EngineSurface.limits.fget(engine)   # what a started engine answers
+    return engine
 
 
 def test_an_engine_as_served_gets_the_derived_grid():
     engine = _engine(oracle=False, al=2.5)
-    assert engine_limits(engine) == replace(LIMITS, synthetic=True)
+    assert engine.limits == replace(LIMITS, synthetic=True)
     assert grid_for(engine) == derived_grid(replace(LIMITS, synthetic=True), 2.5)
-    assert engine_limits(_engine(oracle=False, graph_mode="none")).capture_sizes == ()
+    assert _engine(oracle=False, graph_mode="none").limits.capture_sizes == ()
 
 
 @pytest.mark.parametrize("preset, size", [("tiny", 12), ("qwen3-0.6b", 16)])

@@ -8,8 +8,9 @@ that the validator refuses it, that the message naming the broken rule is there,
 every message it prints is one the forgery explains: a forgery that trips an unrelated
 rule is not coherent, and fails the test too.
 
-Bases (tests/forge.py): the CPU v4 fixture, and the committed H200 agg artifacts (graphs
-and eager; schema v3, read as legacy, so their forgeries stay v3-shaped)."""
+Bases (tests/forge.py): the CPU v4 fixture, a v4 H200 production profile, and the committed
+H200 agg artifacts (graphs and eager; schema v3, read as legacy, so their forgeries stay
+v3-shaped)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from pytest_sdbench.artifact import validate_data
@@ -97,6 +98,12 @@ def captures(d):
     return cuda(d) and d["identity"]["cudagraph_mode"]["value"] != "none"
 
 
+def repeats_of(d, obs) -> list[dict]:
+    """Every observation of obs's point (a point is warmed up once, before its repeats)."""
+    phase = next(p for p, o in observations(d) if o is obs)
+    return [o for o in d[phase] if o["point_index"] == obs["point_index"]]
+
+
 def pick(draw: Draw, items):
     return draw(st.sampled_from(list(items)))
 
@@ -120,6 +127,7 @@ def naturalize(d):
         point["acceptance_length"] = None
     for obs in d["decode"]:
         obs["point"]["acceptance_length"] = None
+    forge.dedupe_decode(d)   # a sweep of requested ALs collapses to one natural point
 
 
 def relabel(d, keep: str) -> None:
@@ -141,6 +149,8 @@ def relabel(d, keep: str) -> None:
     if keep != "attention_backend":
         ident["attention_backend"]["value"] = BACKEND[to]
     if to == "cpu":
+        if v4(d) and ident["settings"]["cudagraph_capture_sizes"]["status"] == "resolved":
+            ident["settings"]["cudagraph_capture_sizes"]["value"] = []
         if keep != "cudagraph_mode":
             ident["cudagraph_mode"]["value"] = "none"
         if keep != "graph_mode":
@@ -151,9 +161,27 @@ def relabel(d, keep: str) -> None:
     cohere(d)
 
 
-@forgery("relabel", r"^identity\.device_name: '[^']*' on a '(cpu|cuda)' run; CUDA device names")
+DEVICE_NAME = r"^identity\.device_name: '[^']*' on a '(cpu|cuda)' run; a GPU's name begins with"
+# Names torch.cuda.get_device_name gives real GPUs.
+GPU_NAMES = ("NVIDIA H200", "Tesla T4", "Tesla V100-SXM2-16GB", "Quadro RTX 6000",
+             "NVIDIA GeForce RTX 4090", "TITAN V", "AMD Instinct MI300X")
+
+
+def rename_device(d, name: str) -> None:
+    d["identity"]["device_name"]["value"] = name
+    for _, obs in observations(d):
+        obs["provenance"]["device_name"] = name
+    reseal(d)
+
+
+@forgery("relabel", DEVICE_NAME)
 def relabel_device_name(d, draw):
     relabel(d, "device_name")
+
+
+@forgery("relabel", DEVICE_NAME + r" one of NVIDIA, Tesla, .*, a CPU's with none$", applies=cpu)
+def gpu_name_on_cpu(d, draw):
+    rename_device(d, pick(draw, GPU_NAMES))
 
 
 @forgery("relabel", r"^(prefill|decode)\[\d+\]\.provenance\.device_name: '[^']*' differs from "
@@ -222,6 +250,14 @@ def request_listed_twice(d, draw):
          must=r"\.native_iteration_id: must be >= 1")
 def native_id_not_positive(d, draw):
     set_native_id(pick_obs(draw, d), -draw(st.integers(0, 10**6)))
+    cohere(d)
+
+
+@forgery("shape", r"^(prefill|decode)\[\d+\]\.snapshot\.queue\.running: \d+, yet the step "
+         r"schedules \d+ requests \(every scheduled request is running\)$")
+def fewer_running_than_scheduled(d, draw):
+    snap = pick_obs(draw, d)["snapshot"]
+    snap["queue"]["running"] = draw(st.integers(0, len(snap["requests"]) - 1))
     cohere(d)
 
 
@@ -342,11 +378,14 @@ def draft_depth_zero_under_eagle3(d, draw):
         obs["snapshot"]["total_scheduled_tokens"] = len(obs["snapshot"]["requests"])
         obs["accepted_tokens"] = [0] * len(obs["accepted_tokens"])
         obs["observed_acceptance_length"] = obs["run_acceptance_length"] = 1.0
+    forge.dedupe_decode(d)   # K=0 leaves one AL (1): a sweep of ALs collapses
     cohere(d)
 
 
-@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: needs batch_size\*\([a-z_+\d]+\) = \d+ KV "
-         r"tokens, kv_capacity\.tokens is \d+$")
+@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: (needs batch_size\*\([a-z_+\d]+\) = \d+ KV "
+         r"tokens, kv_capacity\.tokens is \d+|the batch needs more KV than the engine holds "
+         r"\(\d+ tokens\): .* = \d+|batch_size\*\(context\+output\) needs \d+ KV tokens, the "
+         r"engine holds \d+)$")
 def kv_capacity_too_small_for_the_grid(d, draw):
     kv = d["kv_capacity"]
     kv["num_blocks"] = draw(st.integers(1, 4))
@@ -354,6 +393,119 @@ def kv_capacity_too_small_for_the_grid(d, draw):
     if "rank_num_blocks" in kv:
         kv["rank_num_blocks"] = [kv["num_blocks"]]
     reseal(d)
+
+
+# ---- 4b. the engine's limits (identity.settings), re-applied to the grid -------------------
+
+def limited(d):
+    """An artifact that states its engine's limits (schema v4)."""
+    return v4(d) and d["identity"]["settings"]["max_num_seqs"]["status"] == "resolved"
+
+
+def set_setting(d, name: str, value) -> None:
+    """A setting changed where the artifact states it: in effect, and as the user asked."""
+    d["identity"]["settings"][name]["value"] = value
+    if name in d["identity"]["settings"]["user_engine_args"]:
+        d["identity"]["settings"]["user_engine_args"][name] = json.dumps(value)
+    reseal(d)
+
+
+def largest_batch(d) -> int:
+    return max(p["batch_size"] for phase in forge.PHASES for p in d["grid"][phase])
+
+
+@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]\.batch_size: \d+ exceeds max_num_seqs \d+$",
+         applies=lambda d: limited(d) and largest_batch(d) > 1)
+def max_num_seqs_below_the_batches(d, draw):
+    set_setting(d, "max_num_seqs", draw(st.integers(1, largest_batch(d) - 1)))
+
+
+@forgery("grid", r"^grid\.(prefill\[\d+\]: batch_size\*new_tokens = \d+ exceeds "
+         r"max_num_batched_tokens 8; the step would be chunked|decode\[\d+\]\.batch_size: "
+         r"re-admitting \d+ cached prompts takes up to \d+ tokens in one step, over "
+         r"max_num_batched_tokens 8)$", applies=limited)
+def max_num_batched_tokens_of_8(d, draw):
+    set_setting(d, "max_num_batched_tokens", 8)
+
+
+@forgery("grid", r"^grid\.(prefill\[\d+\]: cached_prefix_tokens\+new_tokens = \d+ exceeds "
+         r"max_model_len 16|decode\[\d+\]\.context_tokens: \d+ leaves no room for the run of "
+         r"\d+ output tokens within max_model_len 16)$", applies=limited)
+def max_model_len_of_16(d, draw):
+    set_setting(d, "max_model_len", 16)
+
+
+def cached(d):
+    return limited(d) and any(p["cached_prefix_tokens"] for p in d["grid"]["prefill"])
+
+
+@forgery("grid", r"^grid\.prefill\[\d+\]\.cached_prefix_tokens: must be a multiple of the KV "
+         r"block size \d+ to be an exact cache hit, got \d+$", applies=cached)
+def prefix_not_whole_blocks(d, draw):
+    """A cached prefix cut short of its last block, every row of the point made to fit."""
+    index = pick(draw, [i for i, p in enumerate(d["grid"]["prefill"])
+                        if p["cached_prefix_tokens"]])
+    point = d["grid"]["prefill"][index]
+    prefix = point["cached_prefix_tokens"] - draw(
+        st.integers(1, d["kv_capacity"]["block_size"] - 1))
+    point["cached_prefix_tokens"] = prefix
+    for obs in d["prefill"]:
+        if obs["point_index"] == index:
+            obs["point"] = copy.deepcopy(point)
+            obs["cache_hit_tokens"] = [prefix] * point["batch_size"]
+            for request in obs["snapshot"]["requests"]:
+                request.update(kv_tokens=prefix, prompt_tokens=prefix + point["new_tokens"])
+    cohere(d)
+
+
+# ---- 4c. the engine settings against themselves, the KV capacity and the device -----------
+
+def setting(d, name: str):
+    return d["identity"]["settings"][name]["value"]
+
+
+@forgery("grid", r"^identity\.settings\.block_size: \d+ differs from kv_capacity\.block_size "
+         r"\d+$", applies=limited)
+def settings_block_size_differs(d, draw):
+    block = d["kv_capacity"]["block_size"]
+    set_setting(d, "block_size", pick(draw, [b for b in (8, 16, 32, 64, 128) if b != block]))
+
+
+@forgery("grid", r"^(identity\.cudagraph_mode: '\w+' under identity\.settings\.enforce_eager "
+         r"true; an eager engine's mode is 'none'|(prefill|decode)\[\d+\]\.graph_mode: "
+         r"'(full|piecewise)', yet identity\.settings\.enforce_eager is true .*)$",
+         must=r"^identity\.cudagraph_mode: '\w+' under identity\.settings\.enforce_eager true",
+         applies=lambda d: limited(d) and captures(d))
+def enforce_eager_with_graphs(d, draw):
+    """An engine said eager whose identity captured graphs (its rows made eager or not)."""
+    if draw(st.booleans()):
+        for _, obs in observations(d):
+            obs["graph_mode"] = "eager"
+    set_setting(d, "enforce_eager", True)
+
+
+@forgery("grid", r"^identity\.settings\.cudagraph_capture_sizes: \[[\d, ]+\] on a 'cpu' run; a "
+         r"CPU engine captures no CUDA graphs$", applies=lambda d: limited(d) and cpu(d))
+def capture_sizes_on_cpu(d, draw):
+    set_setting(d, "cudagraph_capture_sizes",
+                sorted(draw(st.sets(st.integers(1, 512), min_size=1, max_size=8))))
+
+
+@forgery("grid", r"^identity\.settings\.gpu_memory_utilization: must lie in \(0, 1\], got "
+         r"-?[.\de+]+$", applies=limited)
+def gpu_memory_utilization_outside_0_1(d, draw):
+    set_setting(d, "gpu_memory_utilization",
+                pick(draw, [0.0, -0.5, 1.01, 92.0, draw(st.floats(1.0001, 100.0))]))
+
+
+@forgery("grid", r"^identity\.settings\.(\w+: must be a positive integer, got -?[.\d]+|"
+         r"block_size: -?[.\d]+ differs from kv_capacity\.block_size \d+)$",
+         must=r"^identity\.settings\.\w+: must be a positive integer", applies=limited)
+def limit_not_a_positive_integer(d, draw):
+    names = [n for n in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                         "block_size", "kv_cache_memory_bytes")
+             if d["identity"]["settings"][n]["status"] == "resolved"]
+    set_setting(d, pick(draw, names), pick(draw, [0, -1, -draw(st.integers(2, 10**6)), 2.5]))
 
 
 # ---- 5. KV groups -----------------------------------------------------------------------------
@@ -480,6 +632,43 @@ def identity_draft_depth_differs(d, draw):
     reseal(d)
 
 
+@forgery("identity_header", r"^identity\.draft\.(model|architecture): unresolved \('.*'\); an "
+         r"eagle3 run names the draft model it ran$")
+def draft_identity_unresolved(d, draw):
+    d["identity"]["draft"][pick(draw, ["model", "architecture"])] = {
+        "status": "unresolved", "value": None, "source": None,
+        "reason": pick(draw, ["not recorded", "unknown", "no config"])}
+    reseal(d)
+
+
+# Identity facts no other rule compares, where a blank value is the only tell.
+BLANKABLE = [("target", "model"), ("target", "architecture"), ("target", "dtype"),
+             ("draft", "model"), ("draft", "architecture"), ("draft", "dtype"),
+             ("attention_backend",), ("distributed_executor_backend",), ("communication",),
+             ("settings", "kv_cache_dtype")]
+
+
+def resolved_strings(d) -> list[tuple[str, ...]]:
+    def at(path):
+        node = d["identity"]
+        for key in path:
+            node = node.get(key, {})
+        return node
+    return [p for p in BLANKABLE if at(p).get("status") == "resolved"
+            and isinstance(at(p).get("value"), str)]
+
+
+@forgery("identity_header", r"^identity\.[\w.]+: resolved to a blank string '(\s*|\\t)'; a "
+         r"resolved fact names what was read")
+def identity_value_blanked(d, draw):
+    *parents, name = pick(draw, resolved_strings(d))
+    node = d["identity"]
+    for key in parents:
+        node = node[key]
+    node[name]["value"] = pick(draw, ["", " ", "\t"])
+    reseal(d)
+
+
 # ---- 7. legacy labels ---------------------------------------------------------------------
 
 LABEL = r"^(schema_version: \d \([\w-]+\) does not fit the document: .* is a field of " \
@@ -534,7 +723,7 @@ def skipped_without_a_reason(d, draw):
 
 # ---- also: repeats, summaries, warm-up, environment, ranks (schema v4) --------------------
 
-@forgery("repeats", r"^(prefill|decode): point \d+ has 1 observations \(.*\), "
+@forgery("repeats", r"^(prefill|decode): point \d+ has \d+ observations \(.*\), "
          r"measurement_policy\.repeats is \d+$", applies=v4)
 def repeats_more_than_observed(d, draw):
     d["measurement_policy"]["repeats"] += draw(st.integers(1, 5))
@@ -545,13 +734,14 @@ def repeats_zero(d, draw):
     d["measurement_policy"]["repeats"] = -draw(st.integers(0, 3))
 
 
-@forgery("repeats", r"^((prefill|decode): point \d+ has 2 observations .*|(prefill|decode)"
-         r"\[\d+\]\.repeat: 1 is outside 0\.\.measurement_policy\.repeats-1 = 0\.\.0)$",
+@forgery("repeats", r"^((prefill|decode): point \d+ has \d+ observations .*|(prefill|decode)"
+         r"\[\d+\]\.repeat: \d+ is outside 0\.\.measurement_policy\.repeats-1 = 0\.\.\d+)$",
          applies=v4)
 def an_extra_repeat(d, draw):
+    """One repeat more than the policy's: the next repeat index, of a point's copy."""
     phase = pick(draw, grid_phases(d))
     twin = copy.deepcopy(pick(draw, d[phase]))
-    twin["repeat"] = 1
+    twin["repeat"] = d["measurement_policy"]["repeats"]
     set_native_id(twin, max_native_id(d) + 1)
     d[phase].append(twin)
     cohere(d)
@@ -580,15 +770,17 @@ def summary_twice(d, draw):
 @forgery("repeats", r"^(prefill|decode)\[\d+\]\.warmup_passes: \d+ is outside the policy's "
          r"\[2, 8\]$", applies=v4)
 def warmup_passes_outside_the_policy(d, draw):
-    pick_obs(draw, d)["warmup_passes"] = pick(draw, [0, 1, WARMUP_MAX_PASSES + 1, 100])
+    passes = pick(draw, [0, 1, WARMUP_MAX_PASSES + 1, 100])
+    for obs in repeats_of(d, pick_obs(draw, d)):
+        obs["warmup_passes"] = passes
 
 
 @forgery("repeats", r"^(prefill|decode)\[\d+\]\.warmup_settled: false after \d+ passes; a "
          r"warm-up that does not settle runs all 8 passes$", applies=v4)
 def warmup_unsettled_early(d, draw):
-    obs = pick_obs(draw, d)
-    obs["warmup_settled"] = False
-    obs["warmup_passes"] = draw(st.integers(2, WARMUP_MAX_PASSES - 1))
+    passes = draw(st.integers(2, WARMUP_MAX_PASSES - 1))
+    for obs in repeats_of(d, pick_obs(draw, d)):
+        obs.update(warmup_settled=False, warmup_passes=passes)
 
 
 @forgery("repeats", r"^(measurement_policy\.warmup\.\w+: .*|.*\.warmup_(passes|settled): .*)$",
@@ -677,9 +869,11 @@ CASES = [pytest.param(base, f, id=f"{base}-{f.name}") for base in BASES for f in
          if f.applies(forge._LOADED[base])]
 
 
+# No shrinking: a draw is a few small choices, and shrinking them on the 1.7 MB production
+# base takes minutes; the failing draws are printed as they are.
 @pytest.mark.parametrize("base, forgery_", CASES)
 @settings(max_examples=3, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+          phases=(Phase.explicit, Phase.generate), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_coherent_forgery_is_refused_by_its_rule(base, forgery_, data):
     d = load(base)
@@ -702,6 +896,25 @@ def test_every_class_has_a_forgery_on_every_base(base):
 @pytest.mark.parametrize("base", list(BASES))
 def test_the_bases_are_valid(base):
     report = validate_data(load(base))
+    assert report.ok, report.errors
+
+
+@pytest.mark.parametrize("name", GPU_NAMES)
+@pytest.mark.parametrize("base", [b for b in BASES if cuda(forge._LOADED[b])])
+def test_real_gpu_names_are_accepted_on_a_cuda_run(base, name):
+    d = load(base)
+    rename_device(d, name)
+    report = validate_data(d)
+    assert report.ok, report.errors
+
+
+@pytest.mark.parametrize("name", ["x86_64", "aarch64", "AMD64 Family 23 Model 49 Stepping 0, "
+                                  "AuthenticAMD"])
+def test_cpu_names_are_accepted_on_a_cpu_run(name):
+    """A GPU prefix counts as a whole word: Windows' "AMD64 ..." processor is no GPU."""
+    d = load("cpu-v4")
+    rename_device(d, name)
+    report = validate_data(d)
     assert report.ok, report.errors
 
 

@@ -1,11 +1,13 @@
 """Grid manifests: strict parsing with the exact field named, and a stable digest."""
 
+import dataclasses
 import json
 
 import pytest
 
 from pytest_sdbench.points import (
     DecodePoint,
+    EngineLimits,
     Grid,
     GridError,
     PrefillPoint,
@@ -14,6 +16,7 @@ from pytest_sdbench.points import (
     load_grid,
     parse_grid,
 )
+from pytest_sdbench.wire.points import fit_errors
 
 GOOD = {"prefill": [{"batch_size": 2, "new_tokens": 64, "cached_prefix_tokens": 32}],
         "decode": [{"batch_size": 4, "context_tokens": 256, "draft_depth": 3,
@@ -74,3 +77,68 @@ def test_default_grids_have_whole_block_prefixes(block):
         assert any(p.cached_prefix_tokens for p in grid.prefill)
         assert all(p.new_tokens > block for p in grid.prefill if p.cached_prefix_tokens)
 
+
+
+LIMITS = EngineLimits(draft_depth=3, block_size=16, max_num_seqs=8, max_num_batched_tokens=512,
+                      max_model_len=1024, kv_tokens=4096, capture_sizes=(), synthetic=False)
+
+
+def test_a_grid_within_the_limits_fits():
+    grid = parse_grid({"prefill": [{"batch_size": 4, "new_tokens": 64,
+                                    "cached_prefix_tokens": 32}],
+                       "decode": [{"batch_size": 8, "context_tokens": 256, "draft_depth": 3,
+                                   "acceptance_length": None}]})
+    assert fit_errors(grid, LIMITS) == []
+
+
+@pytest.mark.parametrize("point, message", [
+    ({"batch_size": 9, "new_tokens": 32, "cached_prefix_tokens": 0},
+     "prefill[0].batch_size: 9 exceeds max_num_seqs 8"),
+    ({"batch_size": 2, "new_tokens": 257, "cached_prefix_tokens": 0},
+     "prefill[0]: batch_size*new_tokens = 514 exceeds max_num_batched_tokens 512; the step "
+     "would be chunked"),
+    ({"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 24},
+     "prefill[0].cached_prefix_tokens: must be a multiple of the KV block size 16 to be an "
+     "exact cache hit, got 24"),
+    ({"batch_size": 1, "new_tokens": 16, "cached_prefix_tokens": 32},
+     "prefill[0].new_tokens: a cached prefix needs new_tokens > the KV block size 16 (with "
+     "EAGLE vLLM recomputes the last matched block), got 16"),
+    ({"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 960},
+     "prefill[0]: cached_prefix_tokens+new_tokens = 1024 exceeds max_model_len 1024"),
+    ({"batch_size": 8, "new_tokens": 64, "cached_prefix_tokens": 448},
+     "prefill[0]: the batch needs more KV than the engine holds (4096 tokens): "
+     "batch_size*(cached_prefix_tokens+new_tokens+block_size) = 4224"),
+])
+def test_a_prefill_point_that_does_not_fit_is_named(point, message):
+    assert fit_errors(parse_grid({"prefill": [point]}), LIMITS) == [message]
+
+
+@pytest.mark.parametrize("point, message", [
+    ({"batch_size": 9, "context_tokens": 64}, "decode[0].batch_size: 9 exceeds max_num_seqs 8"),
+    ({"batch_size": 1, "context_tokens": 1013},
+     "decode[0].context_tokens: 1013 leaves no room for the run of 9 output tokens within "
+     "max_model_len 1024"),
+    ({"batch_size": 8, "context_tokens": 512},
+     "decode[0]: batch_size*(context+output) needs 4320 KV tokens, the engine holds 4096"),
+])
+def test_a_decode_point_that_does_not_fit_is_named(point, message):
+    grid = parse_grid({"decode": [dict(point, draft_depth=3, acceptance_length=None)]})
+    assert fit_errors(grid, LIMITS) == [message]
+
+
+def test_a_decode_run_of_more_output_needs_more_room():
+    grid = parse_grid({"decode": [{"batch_size": 1, "context_tokens": 900, "draft_depth": 3,
+                                   "acceptance_length": None}]})
+    assert fit_errors(grid, LIMITS) == []
+    assert fit_errors(grid, LIMITS, decode_tokens=200) == [
+        "decode[0].context_tokens: 900 leaves no room for the run of 200 output tokens within "
+        "max_model_len 1024"]
+
+
+def test_re_admitting_a_batch_over_the_step_budget_is_refused():
+    limits = dataclasses.replace(LIMITS, max_num_batched_tokens=128)
+    grid = parse_grid({"decode": [{"batch_size": 4, "context_tokens": 64, "draft_depth": 3,
+                                   "acceptance_length": None}]})
+    assert fit_errors(grid, limits) == [
+        "decode[0].batch_size: re-admitting 4 cached prompts takes up to 192 tokens in one "
+        "step, over max_num_batched_tokens 128"]

@@ -85,8 +85,8 @@ def test_whole_artifact_relabelled_as_cuda(cpu_artifact_data):
     assert "integrity.identity_digest" in errors_of(cpu_artifact_data)
     reseal(cpu_artifact_data)   # digests are unkeyed: anyone can recompute them
     assert errors_of(cpu_artifact_data).splitlines() == [
-        "identity.device_name: 'x86_64' on a 'cuda' run; CUDA device names begin 'NVIDIA', "
-        "others never do",
+        "identity.device_name: 'x86_64' on a 'cuda' run; a GPU's name begins with one of "
+        "NVIDIA, Tesla, Quadro, GeForce, TITAN, AMD, Radeon, AMD Instinct, a CPU's with none",
         "identity.attention_backend: 'CPU_ATTN' is a cpu backend, on a 'cuda' run"]
 
 

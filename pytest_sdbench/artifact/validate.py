@@ -29,12 +29,12 @@ from ..wire.contract import (
     BOOKING_MEASURED,
     CLOCK_SLACK_SECONDS,
     CONTENTION_OTHER_CORES,
-    CUDA_DEVICE_NAME_PREFIX,
     CUDAGRAPH_NONE,
     DEVICE_CPU,
     DEVICE_CUDA,
     DEVICES_WITH_SYNTHETIC_ACCEPTANCE,
     GENERATION_SAMPLING,
+    GPU_NAME_PREFIXES,
     GRAPH_EAGER,
     GRAPH_MODES_BY_DEVICE,
     IDENTITY_RESOLVED,
@@ -70,7 +70,7 @@ from ..wire.contract import (
 )
 from ..wire.identity import IdentityField
 from ..wire.model import Artifact, parse_utc, summarize
-from ..wire.points import Grid, _point_errors, grid_digest
+from ..wire.points import EngineLimits, Grid, _point_errors, fit_errors, grid_digest
 from ..wire.records import Snapshot
 from ..wire.shape import decode_mismatch, prefill_mismatch
 from ..wire.typed import digest
@@ -161,6 +161,11 @@ def _int_value(f: IdentityField) -> int | None:
     return v if type(v) is int else None
 
 
+def _gpu_name(name: str) -> bool:
+    """A GPU's device name: it begins with one of the GPU name prefixes, as a whole word."""
+    return any(name == p or name.startswith(p + " ") for p in GPU_NAME_PREFIXES)
+
+
 def _observations(a: Artifact):
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         for i, obs in enumerate(getattr(a, phase)):
@@ -242,6 +247,10 @@ def _check_policy(a: Artifact, err: Err, legacy) -> None:
 
 # ---- speculative decoding and the identity ---------------------------------------------
 
+# The identity facts that say which draft an EAGLE3 run ran: always read from its config.
+DRAFT_NAMED_BY = ("model", "architecture")
+
+
 def _check_speculative(a: Artifact, err: Err, legacy) -> None:
     spec, ident = a.speculative, a.identity
     if legacy == V1:
@@ -255,6 +264,12 @@ def _check_speculative(a: Artifact, err: Err, legacy) -> None:
     if _value(ident.method) != spec.method:
         err(f"identity.method: {_value(ident.method)!r} differs from speculative.method "
             f"{spec.method!r}")
+    if spec.method == SPEC_METHOD_EAGLE3:
+        for name in DRAFT_NAMED_BY:
+            fact = getattr(ident.draft, name)
+            if fact.status != IDENTITY_RESOLVED:
+                err(f"identity.draft.{name}: unresolved ({fact.reason!r}); an "
+                    f"{SPEC_METHOD_EAGLE3} run names the draft model it ran")
     if spec.draft_depth < 1:
         err(f"speculative.draft_depth: must be >= 1 under {SPEC_METHOD_EAGLE3}, got "
             f"{spec.draft_depth}")
@@ -290,9 +305,9 @@ def _check_identity(a: Artifact, err: Err, legacy) -> None:
     name = _value(ident.device_name)
     if not isinstance(name, str) or not name:
         err(f"identity.device_name: must be a resolved name, got {name!r}")
-    elif name.startswith(CUDA_DEVICE_NAME_PREFIX) != (device == DEVICE_CUDA):
-        err(f"identity.device_name: {name!r} on a {device!r} run; CUDA device names begin "
-            f"{CUDA_DEVICE_NAME_PREFIX!r}, others never do")
+    elif _gpu_name(name) != (device == DEVICE_CUDA):
+        err(f"identity.device_name: {name!r} on a {device!r} run; a GPU's name begins with "
+            f"one of {', '.join(GPU_NAME_PREFIXES)}, a CPU's with none")
     backend = _value(ident.attention_backend)
     for other, backends in ATTENTION_BACKENDS_BY_DEVICE.items():
         if other != device and backend in backends:
@@ -306,6 +321,45 @@ def _check_identity(a: Artifact, err: Err, legacy) -> None:
     if pp is None or pp < 1:
         err("identity.pipeline_parallel_size: must be a resolved integer >= 1, got "
             f"{ident.pipeline_parallel_size.value!r}")
+    _check_settings(a, err)
+
+
+# Settings that are limits: a resolved one is a positive integer.
+POSITIVE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+                     "kv_cache_memory_bytes")
+BOOLEAN_SETTINGS = ("enable_chunked_prefill", "enable_prefix_caching", "enforce_eager")
+
+
+def _check_settings(a: Artifact, err: Err) -> None:
+    """identity.settings against itself, the KV capacity and the device (unresolved settings,
+    as in legacy artifacts, are not judged)."""
+    settings, where = a.identity.settings, "identity.settings"
+    for name in POSITIVE_SETTINGS:
+        value = _value(getattr(settings, name))
+        if value is not None and (type(value) is not int or value <= 0):
+            err(f"{where}.{name}: must be a positive integer, got {value!r}")
+    for name in BOOLEAN_SETTINGS:
+        value = _value(getattr(settings, name))
+        if value is not None and type(value) is not bool:
+            err(f"{where}.{name}: must be a boolean, got {value!r}")
+    block = _value(settings.block_size)
+    if block is not None and block != a.kv_capacity.block_size:
+        err(f"{where}.block_size: {block!r} differs from kv_capacity.block_size "
+            f"{a.kv_capacity.block_size}")
+    share = _value(settings.gpu_memory_utilization)
+    if share is not None and (type(share) not in (int, float) or not 0 < share <= 1):
+        err(f"{where}.gpu_memory_utilization: must lie in (0, 1], got {share!r}")
+    sizes = _value(settings.cudagraph_capture_sizes)
+    if sizes is not None and (not isinstance(sizes, tuple) or any(s <= 0 for s in sizes)):
+        err(f"{where}.cudagraph_capture_sizes: must be a list of positive integers, got "
+            f"{sizes!r}")
+    elif sizes and a.device == DEVICE_CPU:
+        err(f"{where}.cudagraph_capture_sizes: {list(sizes)} on a {a.device!r} run; a CPU "
+            "engine captures no CUDA graphs")
+    graphs = _value(a.identity.cudagraph_mode)
+    if _value(settings.enforce_eager) is True and graphs not in (None, CUDAGRAPH_NONE):
+        err(f"identity.cudagraph_mode: {graphs!r} under {where}.enforce_eager true; an eager "
+            f"engine's mode is {CUDAGRAPH_NONE!r}")
 
 
 def _check_identity_fields(node, where: str, err: Err) -> None:
@@ -314,6 +368,9 @@ def _check_identity_fields(node, where: str, err: Err) -> None:
             if node.value is None or not node.source or node.reason is not None:
                 err(f"{where}: resolved fields need a value and a source and no reason, got "
                     f"value={node.value!r} source={node.source!r} reason={node.reason!r}")
+            elif isinstance(node.value, str) and not node.value.strip():
+                err(f"{where}: resolved to a blank string {node.value!r}; a resolved fact "
+                    "names what was read (an unknown one is unresolved, with a reason)")
         elif not node.reason or node.value is not None:
             err(f"{where}: unresolved fields need a reason and no value, got "
                 f"value={node.value!r} reason={node.reason!r}")
@@ -391,6 +448,26 @@ def _kv_need(phase: str, point) -> int:
     return point.batch_size * (point.context_tokens + 1 + point.draft_depth)
 
 
+def _engine_limits(a: Artifact) -> EngineLimits | None:
+    """The limits the engine ran the grid under, as identity.settings and kv_capacity state
+    them; None where a limit is unresolved (legacy artifacts recorded none) or unusable (its
+    own rule reports it). The run's decode output is at least decode_max_tokens, which the
+    fit rules assume: a longer one only needs more room."""
+    settings, kv = a.identity.settings, a.kv_capacity
+    seqs, budget, max_len = (_int_value(settings.max_num_seqs),
+                             _int_value(settings.max_num_batched_tokens),
+                             _int_value(settings.max_model_len))
+    if seqs is None or budget is None or max_len is None or \
+            min(seqs, budget, max_len, kv.block_size, kv.tokens) <= 0:
+        return None
+    sizes = _value(settings.cudagraph_capture_sizes)
+    return EngineLimits(
+        draft_depth=a.speculative.draft_depth, block_size=kv.block_size, max_num_seqs=seqs,
+        max_num_batched_tokens=budget, max_model_len=max_len, kv_tokens=kv.tokens,
+        capture_sizes=sizes if isinstance(sizes, tuple) else (),
+        synthetic=a.speculative.acceptance_control == ACCEPTANCE_SYNTHETIC)
+
+
 def _check_grid(a: Artifact, err: Err, legacy) -> None:
     grid = a.grid
     if a.integrity.grid_digest != grid_digest(grid):
@@ -417,6 +494,11 @@ def _check_grid(a: Artifact, err: Err, legacy) -> None:
             err(f"grid.decode[{i}].acceptance_length: {d.acceptance_length} under "
                 f"{spec.acceptance_control} acceptance (synthetic needs a requested AL, "
                 "natural needs null)")
+    limits = _engine_limits(a)
+    if limits is not None:   # the collector's own fit rules, stricter than the KV need below
+        for message in fit_errors(grid, limits):
+            err(f"grid.{message}")
+        return
     capacity = a.kv_capacity.tokens
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         for i, point in enumerate(getattr(grid, phase)):
@@ -595,6 +677,9 @@ def _check_provenance(a: Artifact, obs, where: str, err: Err) -> None:
     elif obs.graph_mode != GRAPH_EAGER and _value(a.identity.cudagraph_mode) == CUDAGRAPH_NONE:
         err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.cudagraph_mode is "
             f"{CUDAGRAPH_NONE!r} (the engine captured no graph)")
+    elif obs.graph_mode != GRAPH_EAGER and _value(a.identity.settings.enforce_eager) is True:
+        err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.settings.enforce_eager is "
+            "true (the engine ran every step eager)")
 
 
 def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
@@ -622,6 +707,9 @@ def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
     for name in ("waiting", "running"):
         if getattr(snap.queue, name) < 0:
             err(f"{where}.snapshot.queue.{name}: must be >= 0, got {getattr(snap.queue, name)}")
+    if 0 <= snap.queue.running < len(snap.requests):
+        err(f"{where}.snapshot.queue.running: {snap.queue.running}, yet the step schedules "
+            f"{len(snap.requests)} requests (every scheduled request is running)")
     for j, c in enumerate(snap.corrections):
         if not 1 <= c.from_iteration_id < snap.native_iteration_id or c.rejected_tokens < 0:
             err(f"{where}.snapshot.corrections[{j}]: from_iteration_id {c.from_iteration_id}, "

@@ -48,6 +48,7 @@ from ..wire.contract import (
     GraphMode,
 )
 from ..wire.model import DecodeObservation, PrefillObservation, SkippedPoint, utc_now
+from ..wire.points import decode_max_tokens, fit_errors
 from ..wire.shape import decode_mismatch, prefill_mismatch
 
 
@@ -82,61 +83,17 @@ def sampling_params(max_tokens: int):
     return SamplingParams(max_tokens=max_tokens, **GENERATION_SAMPLING)
 
 
-def decode_max_tokens(draft_depth: int) -> int:
-    """Enough output for the steady step to verify a full K drafts."""
-    return 1 + 2 * (draft_depth + 1)
-
-
 def check_grid_fits(grid: Grid, engine, decode_tokens: int | None = None) -> None:
-    """Reject, before anything runs, points this engine cannot run exactly: a prefill point
-    must be one step; a decode point must fit max_num_seqs, the context length and the KV
-    capacity, and its cached re-admission must fit one step's token budget."""
-    block = engine.block_size
-    budget, seqs, max_len = (engine.max_num_batched_tokens, engine.max_num_seqs,
-                             engine.max_model_len)
-    capacity = engine.kv_capacity.tokens
-    errors = []
-    for i, p in enumerate(grid.prefill):
-        where = f"prefill[{i}]"
-        if p.batch_size > seqs:
-            errors.append(f"{where}.batch_size: {p.batch_size} exceeds max_num_seqs {seqs}")
-        if p.batch_size * p.new_tokens > budget:
-            errors.append(f"{where}: batch_size*new_tokens = {p.batch_size * p.new_tokens} "
-                          f"exceeds max_num_batched_tokens {budget}; the step would be chunked")
-        if p.cached_prefix_tokens % block:
-            errors.append(f"{where}.cached_prefix_tokens: must be a multiple of the KV block "
-                          f"size {block} to be an exact cache hit, got {p.cached_prefix_tokens}")
-        if p.cached_prefix_tokens and p.new_tokens <= block:
-            errors.append(f"{where}.new_tokens: a cached prefix needs new_tokens > the KV block "
-                          f"size {block} (with EAGLE vLLM recomputes the last matched block), "
-                          f"got {p.new_tokens}")
-        if p.cached_prefix_tokens + p.new_tokens + 1 > max_len:
-            errors.append(f"{where}: cached_prefix_tokens+new_tokens exceeds max_model_len "
-                          f"{max_len}")
-        if p.batch_size * (p.cached_prefix_tokens + p.new_tokens + block) > capacity:
-            errors.append(f"{where}: the batch needs more KV than the engine holds "
-                          f"({capacity} tokens)")
+    """Reject, before anything runs, points this engine cannot run exactly: the fit rules of
+    the wire format (the validator re-applies them on read), and a decode point's K and
+    requested AL must be the engine's."""
+    errors = fit_errors(grid, engine.limits, decode_tokens)
+    synthetic = engine.spec.synthetic_acceptance_length is not None
     for i, d in enumerate(grid.decode):
         where = f"decode[{i}]"
         if d.draft_depth != engine.spec.draft_depth:
             errors.append(f"{where}.draft_depth: the engine verifies K={engine.spec.draft_depth} "
                           f"drafts per step, got {d.draft_depth}")
-        if d.batch_size > seqs:
-            errors.append(f"{where}.batch_size: {d.batch_size} exceeds max_num_seqs {seqs}")
-        output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth))
-        if d.context_tokens + output + d.draft_depth > max_len:
-            errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
-                          f"run of {output} output tokens within max_model_len {max_len}")
-        need = d.batch_size * (d.context_tokens + output + d.draft_depth + block)
-        if need > capacity:
-            errors.append(f"{where}: batch_size*(context+output) needs {need} KV tokens, the "
-                          f"engine holds {capacity}")
-        readmit = d.batch_size * min(d.context_tokens, 3 * block)
-        if readmit > budget:
-            errors.append(f"{where}.batch_size: re-admitting {d.batch_size} cached prompts "
-                          f"takes up to {readmit} tokens in one step, over "
-                          f"max_num_batched_tokens {budget}")
-        synthetic = engine.spec.synthetic_acceptance_length is not None
         if synthetic != (d.acceptance_length is not None):
             errors.append(f"{where}.acceptance_length: the engine's acceptance is "
                           f"{engine.acceptance_control}, so it must be "

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..wire import typed
-from ..wire.points import DecodePoint, Grid, GridError, PrefillPoint, parse_grid
+from ..wire.points import (
+    DecodePoint,
+    EngineLimits,
+    Grid,
+    GridError,
+    PrefillPoint,
+    decode_max_tokens,
+    parse_grid,
+)
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -45,19 +52,6 @@ def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),
     return parse_grid(typed.encode(Grid(prefill, decode)))
 
 
-@dataclass(frozen=True)
-class EngineLimits:
-    """What a started engine allows, as the derived grid needs it."""
-    draft_depth: int
-    block_size: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    max_model_len: int
-    kv_tokens: int
-    capture_sizes: tuple[int, ...]   # CUDA graph capture sizes in tokens (empty: eager)
-    synthetic: bool                  # synthetic acceptance (CUDA): an AL per decode point
-
-
 def _log_spaced(low: int, high: int, factor: int) -> list[int]:
     out, value = [], low
     while value <= high:
@@ -91,7 +85,7 @@ def derived_grid(limits: EngineLimits, acceptance_length: float | None = None) -
       cached prefix of 0 and of one share of the context (the new tokens' length, in whole
       blocks)."""
     k, block = limits.draft_depth, limits.block_size
-    room = 1 + 2 * (k + 1) + k + block
+    room = decode_max_tokens(k) + k + block   # the run's output, its drafts, a block
     contexts = [c for c in _log_spaced(256, limits.max_model_len, 4)
                 if c + room <= limits.max_model_len]
     longest = 1 << (limits.max_model_len - room).bit_length() - 1   # a power of two

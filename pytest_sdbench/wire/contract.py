@@ -117,8 +117,12 @@ ATTENTION_BACKENDS_BY_DEVICE = {
                   "TRITON_ATTN", "TRITON_MLA", "FLEX_ATTENTION", "CUTLASS_MLA", "FLASHMLA",
                   "TREE_ATTN", "XFORMERS"),
 }
-# CUDA device names (torch.cuda.get_device_name) of NVIDIA GPUs begin so; CPU names never do.
-CUDA_DEVICE_NAME_PREFIX = "NVIDIA"
+# GPU names as torch.cuda.get_device_name gives them ("NVIDIA H200", "Tesla T4", "Tesla
+# V100-SXM2-16GB", "Quadro RTX 6000", "AMD Instinct MI300X") begin with one of these words;
+# a CPU run's name (platform.processor() or machine(): "x86_64", "aarch64") never does. The
+# prefix is a whole word, so that Windows' "AMD64 Family 23 ..." processor is no GPU.
+GPU_NAME_PREFIXES = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN", "AMD", "Radeon",
+                     "AMD Instinct")
 
 # Acceptance control of decode points.
 AcceptanceControl = Literal["natural", "synthetic"]

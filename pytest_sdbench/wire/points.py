@@ -89,6 +89,75 @@ def parse_grid(data) -> Grid:
     return grid
 
 
+@dataclass(frozen=True)
+class EngineLimits:
+    """What a started engine allows: the grid derivation and the fit rules read it."""
+    draft_depth: int
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    kv_tokens: int
+    capture_sizes: tuple[int, ...]   # CUDA graph capture sizes in tokens (empty: eager)
+    synthetic: bool                  # synthetic acceptance (CUDA): an AL per decode point
+
+
+def decode_max_tokens(draft_depth: int) -> int:
+    """Output tokens of a decode run: enough for the steady step to verify a full K drafts."""
+    return 1 + 2 * (draft_depth + 1)
+
+
+def fit_errors(grid: Grid, limits: EngineLimits, decode_tokens: int | None = None) -> list[str]:
+    """Every point an engine of these limits cannot run exactly, one message each: a prefill
+    point must be one step of whole cached blocks; a decode point must fit max_num_seqs, the
+    context length and the KV capacity over its whole run (``decode_tokens`` output tokens,
+    at least decode_max_tokens), and its cached re-admission one step's token budget."""
+    block, budget = limits.block_size, limits.max_num_batched_tokens
+    seqs, max_len, capacity = limits.max_num_seqs, limits.max_model_len, limits.kv_tokens
+    errors = []
+    for i, p in enumerate(grid.prefill):
+        where = f"prefill[{i}]"
+        if p.batch_size > seqs:
+            errors.append(f"{where}.batch_size: {p.batch_size} exceeds max_num_seqs {seqs}")
+        if p.batch_size * p.new_tokens > budget:
+            errors.append(f"{where}: batch_size*new_tokens = {p.batch_size * p.new_tokens} "
+                          f"exceeds max_num_batched_tokens {budget}; the step would be chunked")
+        if p.cached_prefix_tokens % block:
+            errors.append(f"{where}.cached_prefix_tokens: must be a multiple of the KV block "
+                          f"size {block} to be an exact cache hit, got {p.cached_prefix_tokens}")
+        if p.cached_prefix_tokens and p.new_tokens <= block:
+            errors.append(f"{where}.new_tokens: a cached prefix needs new_tokens > the KV block "
+                          f"size {block} (with EAGLE vLLM recomputes the last matched block), "
+                          f"got {p.new_tokens}")
+        if p.cached_prefix_tokens + p.new_tokens + 1 > max_len:
+            errors.append(f"{where}: cached_prefix_tokens+new_tokens = "
+                          f"{p.cached_prefix_tokens + p.new_tokens} exceeds max_model_len "
+                          f"{max_len}")
+        need = p.batch_size * (p.cached_prefix_tokens + p.new_tokens + block)
+        if need > capacity:
+            errors.append(f"{where}: the batch needs more KV than the engine holds "
+                          f"({capacity} tokens): batch_size*(cached_prefix_tokens+new_tokens"
+                          f"+block_size) = {need}")
+    for i, d in enumerate(grid.decode):
+        where = f"decode[{i}]"
+        if d.batch_size > seqs:
+            errors.append(f"{where}.batch_size: {d.batch_size} exceeds max_num_seqs {seqs}")
+        output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth))
+        if d.context_tokens + output + d.draft_depth > max_len:
+            errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
+                          f"run of {output} output tokens within max_model_len {max_len}")
+        need = d.batch_size * (d.context_tokens + output + d.draft_depth + block)
+        if need > capacity:
+            errors.append(f"{where}: batch_size*(context+output) needs {need} KV tokens, the "
+                          f"engine holds {capacity}")
+        readmit = d.batch_size * min(d.context_tokens, 3 * block)
+        if readmit > budget:
+            errors.append(f"{where}.batch_size: re-admitting {d.batch_size} cached prompts "
+                          f"takes up to {readmit} tokens in one step, over "
+                          f"max_num_batched_tokens {budget}")
+    return errors
+
+
 def grid_digest(grid: Grid) -> str:
     """sha256 of the canonical grid JSON: the identity of what was asked for."""
     return typed.digest(grid)

@@ -9,6 +9,7 @@ and missing keys are errors. Every error carries the path of the value, e.g.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ class DecodeError(ValueError):
         super().__init__("; ".join(errors))
 
 
+@functools.cache   # a dataclass's hints never change; resolving them dominated decoding
 def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
