@@ -6,25 +6,29 @@ real TP=2 engine is in test_tp."""
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing import Pipe
 from types import SimpleNamespace
 
 import pytest
 
 from pytest_sdbench import session
-from pytest_sdbench.engine import rank_server
-from pytest_sdbench.engine.launch import EngineUnusable
+from pytest_sdbench.engine import launch, rank_server, tp
+from pytest_sdbench.engine.launch import STALL_ENV, EngineStalled, EngineUnusable, SdbenchEngine
 from pytest_sdbench.engine.tp import TensorParallelEngine, _Pending
+
+from .test_watchdog import _LLM, _Clock
 
 SPEC = SimpleNamespace(tensor_parallel_size=2)
 
 
 class _RankEngine:
-    """Stands in for a rank's SdbenchEngine: probe() serves, refuses (the engine stays
-    usable) or fails (the engine marks itself failed, as SdbenchEngine.generate does)."""
+    """Stands in for a rank's SdbenchEngine: probe() and generate() serve, refuse (the
+    engine stays usable), fail (the engine marks itself failed, as SdbenchEngine.generate
+    does) or hang until `release` is set (a rank left waiting in a collective)."""
 
-    def __init__(self, plan: dict, rank: int):
-        self.plan, self.rank = plan, rank
+    def __init__(self, plan: dict, rank: int, release: threading.Event):
+        self.plan, self.rank, self.release = plan, rank, release
         self.failure: str | None = None
         self.closed = False
 
@@ -35,7 +39,12 @@ class _RankEngine:
             raise RuntimeError("injected on the rank")
         if what == "refuse":
             raise ValueError("refused before anything ran")
+        if what == "hang":
+            self.release.wait()
         return SimpleNamespace(tokens=(1, 2, 3))
+
+    def generate(self, prompts, sampling_params):
+        return [self.probe()]
 
     def shutdown(self):
         self.closed = True
@@ -43,10 +52,11 @@ class _RankEngine:
 
 class _ThreadRank:
     """A rank 'process': rank_server.serve in a thread. Its pid is a sleeping child of
-    ours, so that tp._end finds no descendants of anything else to end."""
+    ours, so that tp._end finds no descendants of anything else to end; kill() releases a
+    hanging rank engine, so that its thread ends."""
 
-    def __init__(self, conn, rank: int, pid: int):
-        self.pid, self.returncode = pid, None
+    def __init__(self, conn, rank: int, pid: int, release: threading.Event):
+        self.pid, self.returncode, self.release = pid, None, release
         self.thread = threading.Thread(target=rank_server.serve, args=(conn, rank), daemon=True)
         self.thread.start()
 
@@ -63,7 +73,7 @@ class _ThreadRank:
         return 0
 
     def kill(self):
-        pass
+        self.release.set()
 
 
 @pytest.fixture
@@ -76,12 +86,15 @@ def sleeper():
 
 @pytest.fixture
 def start_ranks(tmp_path, monkeypatch, sleeper):
-    """start(plan) -> a proxy over two thread ranks whose engines follow `plan`."""
-    engines: list[_RankEngine] = []
+    """start(plan) -> a proxy over two thread ranks whose engines follow `plan` (a rank's
+    entry may also be a function making its engine)."""
+    engines: list = []
+    release = threading.Event()
 
     def fake_start(spec, plan):
         rank = len(engines) % 2
-        engine = _RankEngine(plan, rank)
+        make = plan.get(rank)
+        engine = make() if callable(make) else _RankEngine(plan, rank, release)
         engines.append(engine)
         return engine, SimpleNamespace(
             rank=rank, pid=sleeper, device="cpu", gpu_indices=(), identity=None,
@@ -97,13 +110,14 @@ def start_ranks(tmp_path, monkeypatch, sleeper):
             mine, theirs = Pipe()
             conns.append(mine)
             logs.append(log_dir / f"rank{rank}.log")
-            procs.append(_ThreadRank(theirs, rank, sleeper))
+            procs.append(_ThreadRank(theirs, rank, sleeper, release))
             # one rank at a time, so that rank r gets the r-th engine of this start
             started += _Pending(procs[-1:], conns[-1:], logs[-1:]).call("start", spec=SPEC)
         return TensorParallelEngine(SPEC, procs, conns, logs, started)
 
     start.engines = engines  # type: ignore[attr-defined]
-    return start
+    yield start
+    release.set()   # lets a hanging rank's thread end, if no kill() did
 
 
 def test_a_rank_whose_engine_failed_fails_the_proxy_which_is_not_reused(start_ranks):
@@ -170,4 +184,63 @@ def test_a_collection_that_fails_the_ranks_tells_notify_and_fails_the_proxy(star
     assert lines == ["sdbench: injected: 1/2 points kept in the partial artifact "
                      "x.partial.json"]
     assert proxy.failure == "RuntimeError: injected mid-collection"
+    assert proxy.closed
+
+
+@pytest.fixture
+def stalling(monkeypatch):
+    """A short stall bound, on the ranks' watchdogs and the proxy's wait alike; a
+    collection that serves one request; a short wait for rank threads that cannot be
+    killed. Returns a function making a rank's real SdbenchEngine over an LLM whose steps
+    never make progress (a second of a fake clock each): its StepWatchdog fails it with
+    EngineStalled at the first step."""
+    monkeypatch.setenv(STALL_ENV, "0.5")
+    monkeypatch.setattr(tp, "STOP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(session, "collect_to_artifact",
+                        lambda engine, **kwargs: engine.generate([[5, 6]], None))
+    clock = _Clock()
+    monkeypatch.setattr(launch, "time", SimpleNamespace(monotonic=clock.monotonic))
+
+    def make() -> SdbenchEngine:
+        return SdbenchEngine(spec=None, llm=_LLM([([], 0, 1.0)] * 100, clock),  # type: ignore[arg-type]
+                             device="cpu", identity=None, kv_capacity=None,  # type: ignore[arg-type]
+                             start_seconds=0.0)
+    return make
+
+
+def test_a_rank_that_stalls_fails_the_proxy_with_engine_stalled(start_ranks, stalling):
+    proxy = start_ranks({0: stalling, 1: stalling})
+    with pytest.raises(EngineStalled, match=r"no progress for 1 s \(bound 0.5 s") as raised:
+        proxy.collect_to_artifact("decode", None, "out")
+    assert "raised on rank(s) [0, 1]; rank 0:" in raised.value.__notes__[0]
+    assert (proxy.failure or "").startswith("EngineStalled: the engine's step loop made no ")
+    assert proxy.closed
+    assert [e.failure is not None and e.closed for e in start_ranks.engines] == [True, True]
+
+
+def test_a_rank_that_stalls_while_its_peer_hangs_fails_the_proxy_within_the_bound(
+        start_ranks, stalling):
+    # rank 1's watchdog fires; rank 0 is left waiting where no watchdog runs (for rank 1 in
+    # a collective): the proxy gives it the stall bound, ends it and raises rank 1's cause
+    proxy = start_ranks({0: "hang", 1: stalling})
+    began = time.monotonic()
+    with pytest.raises(EngineStalled, match=r"bound 0.5 s, SDBENCH_STALL_SECONDS") as raised:
+        proxy.collect_to_artifact("decode", None, "out")
+    assert time.monotonic() - began < 10    # the bound (0.5 s) and the ends' waits
+    assert ("raised on rank(s) [1]; rank(s) [0] gave no answer within the stall bound after it "
+            "and were ended; rank 1:") in raised.value.__notes__[0]
+    assert (proxy.failure or "").startswith("EngineStalled: ")
+    assert not proxy.usable
+    assert proxy.closed
+
+
+def test_a_refusal_on_one_rank_while_its_peer_hangs_ends_the_ranks_and_fails_the_proxy(
+        start_ranks, stalling):
+    # rank 1 refused and its engine is usable, but rank 0 never answered: the ranks were
+    # ended, so the proxy is not usable either
+    proxy = start_ranks({0: "hang", 1: "refuse"})
+    with pytest.raises(ValueError, match="refused before anything ran") as raised:
+        proxy.probe()
+    assert "rank(s) [0] gave no answer within the stall bound" in raised.value.__notes__[0]
+    assert proxy.failure == "ValueError: refused before anything ran"
     assert proxy.closed

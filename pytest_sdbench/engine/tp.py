@@ -9,10 +9,11 @@ command to every rank and waits for all of them: vLLM's engine is SPMD, so every
 generate, probe and collection must run identically on all ranks (a command on one rank
 only would wait forever in the first collective). Rank 0 reports progress and writes the
 artifact. A command that fails a rank's engine (launch.py's rule, applied on each rank), a
-rank that dies, or a wait interrupted here fails the proxy: it is shut down at once and not
-reused (restart() starts fresh ranks in its place). A rank that dies ends the others;
-shutdown() ends every rank process and what it started, and removes the CPU shared-memory
-segments they leave behind.
+rank that dies, ranks that give no answer within the stall bound after another rank failed,
+or a wait interrupted here fails the proxy: it is shut down at once and not reused
+(restart() starts fresh ranks in its place). A rank that dies ends the others; shutdown()
+ends every rank process and what it started, and removes the CPU shared-memory segments
+they leave behind.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire.identity import ExecutionIdentity, KVCapacity
-from .launch import EngineSurface, ServingProbe
+from .launch import EngineSurface, ServingProbe, stall_seconds
 from .spec import EngineSpec
 
 # Set in a rank process: where the proxy listens (host:port); its key in AUTHKEY_ENV.
@@ -278,12 +279,23 @@ class _Pending:
 
     def call(self, command: str, progress=None, timeout: float | None = None, notify=None,
              **kwargs):
+        """Every rank's answer, by rank. Without `timeout` (a generate, probe or collection
+        may run for hours) the wait has no deadline of its own: each rank runs every model
+        step under its own StepWatchdog (SdbenchEngine.generate, also inside a collection),
+        which fails the rank's engine with EngineStalled when its step loop makes no
+        progress. A rank that fails can leave its peers waiting where no watchdog runs (in a
+        collective of a step, or in ranks.gather_from_ranks); so once any rank has answered
+        an error, the others get the watchdog's bound to answer, then are ended and the
+        failed rank's exception is raised. A step that never returns on every rank is not
+        bounded here (nor on a single-rank engine: pytest-timeout bounds tests)."""
         for conn in self.conns:
             conn.send((command, kwargs))
         results: dict[int, Any] = {}
         errors: dict[int, tuple] = {}
         waiting: dict[Any, int] = {conn: r for r, conn in enumerate(self.conns)}
         deadline = None if timeout is None else time.monotonic() + timeout
+        peers_deadline: float | None = None   # set by the first error
+        unanswered: list[int] = []
         while waiting:
             for conn in wait(list(waiting), timeout=1.0):
                 rank = waiting[conn]
@@ -302,6 +314,8 @@ class _Pending:
                     continue
                 del waiting[conn]
                 (results if kind == "ok" else errors)[rank] = value
+                if errors and peers_deadline is None:
+                    peers_deadline = time.monotonic() + stall_seconds()
             dead = [r for r in waiting.values() if self.procs[r].poll() is not None]
             late = deadline is not None and time.monotonic() > deadline
             if dead or late:
@@ -311,16 +325,23 @@ class _Pending:
                 _end(self.procs, self.logs, self.conns)
                 raise RankFailed(f"{command}: {what}: " + _tails(self.logs, dead or
                                                                 waiting.values()))
-        self.answered = True
+            if waiting and peers_deadline is not None and time.monotonic() > peers_deadline:
+                unanswered = sorted(waiting.values())
+                _end(self.procs, self.logs, self.conns)
+                break
+        self.answered = not unanswered
         if errors:
             self.engine_failed = any(failed for _, _, failed in errors.values())
             rank = min(errors)
             exc, trace, _ = errors[rank]
+            ended = (f"; rank(s) {unanswered} gave no answer within the stall bound after it and "
+                     "were ended" if unanswered else "")
             if isinstance(exc, BaseException):
                 if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(f"raised on rank(s) {sorted(errors)}; rank {rank}:\n{trace}")
+                    exc.add_note(f"raised on rank(s) {sorted(errors)}{ended}; "
+                                 f"rank {rank}:\n{trace}")
                 raise exc
-            raise RankFailed(f"{command} failed on rank {rank}: {exc}\n{trace}")
+            raise RankFailed(f"{command} failed on rank {rank}{ended}: {exc}\n{trace}")
         return [results[r] for r in range(len(self.conns))]
 
 
