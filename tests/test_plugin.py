@@ -98,6 +98,23 @@ def test_model_without_draft_is_a_usage_error(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --sdbench-model and --sdbench-draft go together*"])
 
+# The two workers' collections overlap (each sees the other's engine at its start), or one
+# worker could finish before the other's engine started, and see one engine fewer.
+BOTH_ENGINES_UP = """
+import time
+
+import pytest
+
+from pytest_sdbench import host
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _both_engines_up(sdbench_engine):
+    deadline = time.monotonic() + 300
+    while host.other_engines() < {others} and time.monotonic() < deadline:
+        time.sleep(0.2)
+"""
+
 
 def _downstream(pytester, mode):
     pytester.makeconftest(DOWNSTREAM_CONFTEST)
@@ -131,6 +148,7 @@ def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pyteste
     alive = host.other_engines() + (host.registry_dir() / f"{os.getpid()}.lock").exists()
     others = 1 + alive   # the other worker's engine, and those
     args = _downstream(pytester, "prefill")
+    pytester.makeconftest(DOWNSTREAM_CONFTEST + BOTH_ENGINES_UP.format(others=others))
     result = pytester.runpytest_subprocess(*args, "-n", "2", "--dist", "each", timeout=600)
     result.assert_outcomes(passed=2)
     artifacts = sorted((pytester.path / "out").glob("sdbench-prefill-*.json"))

@@ -110,13 +110,20 @@ def test_an_instance_step_is_put_back(clock):
     assert llm.llm_engine.step is own
 
 
+@pytest.fixture
+def own_process_state(monkeypatch):
+    """A stand-in engine's shutdown must not tear down this process's torch.distributed
+    state: it belongs to the session's real engine when the whole suite runs."""
+    monkeypatch.setattr(launch.compat, "release_distributed", lambda: None)
+
+
 def _engine(llm: _LLM) -> SdbenchEngine:
     return SdbenchEngine(spec=None, llm=llm, device="cpu", identity=None,  # type: ignore[arg-type]
                          kv_capacity=None, start_seconds=0.0)  # type: ignore[arg-type]
 
 
-def test_generate_is_bounded_by_the_environments_bound_and_fails_the_engine(clock,
-                                                                             monkeypatch):
+def test_generate_is_bounded_by_the_environments_bound_and_fails_the_engine(
+        clock, monkeypatch, own_process_state):
     monkeypatch.setenv(STALL_ENV, "2.5")
     llm = _LLM([([], 0, 1.0)] * 10, clock)
     engine = _engine(llm)
