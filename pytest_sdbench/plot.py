@@ -127,7 +127,30 @@ def _x_axis(ax, xs: Sequence[float]) -> None:
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
     ticks = sorted(set(xs))
-    ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8 if len(ticks) > 8 else None)
+    ax.set_xticks(ticks, _tick_labels(ticks, log=ax.get_xscale() == "log"),
+                  fontsize=8 if len(ticks) > 8 else None)
+
+
+def _tick_labels(ticks: Sequence[float], log: bool) -> list[str]:
+    """A label at each measured value, but none crowding the last one written: C+1 beside a
+    captured batch C (16 and 17) would print as one number ("1617") on a log axis."""
+    labels, last = [], None
+    for t in ticks:
+        crowded = last is not None and (t / last < 1.15 if log else False)
+        labels.append("" if crowded else f"{t:g}")
+        last = last if crowded else t
+    return labels
+
+
+def _colors(n: int) -> list:
+    """n distinct colours: matplotlib's default cycle repeats after 10, and two series of
+    one colour cannot be told apart in the legend."""
+    from matplotlib import colormaps
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    return [colormaps["turbo"](i / (n - 1)) for i in range(n)]
 
 
 def phase_figure(points: Sequence[PlotPoint], phase: str, title: str):
@@ -140,12 +163,11 @@ def phase_figure(points: Sequence[PlotPoint], phase: str, title: str):
     ax = fig.add_subplot()
     x_of = _x_of(phase)
     xs: list[float] = []
-    for name, line in lines.items():
+    for (name, line), color in zip(lines.items(), _colors(len(lines)), strict=True):
         x = [x_of(p) for p in line]
         y = [1e3 * p.summary.median_seconds for p in line]
         xs.extend(x)
-        (drawn,) = ax.plot(x, y, "-", linewidth=1.2, alpha=0.8, label=name)
-        color = drawn.get_color()
+        ax.plot(x, y, "-", linewidth=1.2, alpha=0.8, label=name, color=color)
         for p, px, py in zip(line, x, y, strict=True):
             ax.plot([px], [py], p.marker, color=color, markersize=7,
                     markeredgecolor="black", markeredgewidth=0.5)
