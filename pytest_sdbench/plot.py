@@ -136,7 +136,7 @@ def _tick_labels(ticks: Sequence[float], log: bool) -> list[str]:
     captured batch C (16 and 17) would print as one number ("1617") on a log axis."""
     labels, last = [], None
     for t in ticks:
-        crowded = last is not None and (t / last < 1.15 if log else False)
+        crowded = log and last is not None and t / last < 1.15
         labels.append("" if crowded else f"{t:g}")
         last = last if crowded else t
     return labels

@@ -293,14 +293,14 @@ def out_dir_problem(path: str | Path) -> str | None:
     if not probe.is_dir():
         return (f"{path} is not a directory" if probe == path else
                 f"{path} cannot be created: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK) or not _can_create_in(probe):
+    if not _can_create_in(probe):
         return f"{probe} is not writable" + (f" (to create {path})" if probe != path else "")
     return None
 
 
 def _can_create_in(folder: Path) -> bool:
-    """A file can be made there: access() alone says yes to root in /proc or /sys, where
-    nothing can be created. The probe file is removed at once."""
+    """A file can be made there (access() would say yes to root in /proc or /sys, where
+    nothing can be created). The probe file is removed at once."""
     try:
         with tempfile.TemporaryFile(dir=folder):
             return True

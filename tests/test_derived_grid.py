@@ -116,14 +116,17 @@ def test_acceptance_lengths_range_one_to_k_plus_one_with_synthetic_acceptance_on
 
 def _engine(oracle: bool, graph_mode: str = "full_and_piecewise", al: float | None = None,
             preset: str = "qwen3-0.6b", budget: int = 16384):
-    sizes = SimpleNamespace(resolved=True, value=CAPTURE_SIZES)
+    def fact(value):
+        return SimpleNamespace(value=value)
+    settings = SimpleNamespace(cudagraph_capture_sizes=fact(CAPTURE_SIZES),
+                               max_num_seqs=fact(64), max_num_batched_tokens=fact(budget),
+                               max_model_len=fact(8448))
     engine = SimpleNamespace(
         spec=SimpleNamespace(draft_depth=3, synthetic_acceptance_length=al,
                              oracle_limits=oracle, preset=preset),
-        block_size=16, max_num_seqs=64, max_num_batched_tokens=budget, max_model_len=8448,
-        kv_capacity=SimpleNamespace(tokens=1 << 20),
-        identity=SimpleNamespace(settings=SimpleNamespace(cudagraph_capture_sizes=sizes),
-                                 cudagraph_mode=SimpleNamespace(value=graph_mode)))
+        block_size=16, max_num_batched_tokens=budget,
+        kv_capacity=SimpleNamespace(block_size=16, tokens=1 << 20),
+        identity=SimpleNamespace(settings=settings, cudagraph_mode=fact(graph_mode)))
     engine.limits = EngineSurface.limits.fget(engine)   # what a started engine answers
     return engine
 

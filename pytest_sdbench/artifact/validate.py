@@ -70,7 +70,7 @@ from ..wire.contract import (
 )
 from ..wire.identity import IdentityField
 from ..wire.model import Artifact, parse_utc, summarize
-from ..wire.points import EngineLimits, Grid, _point_errors, fit_errors, grid_digest
+from ..wire.points import Grid, _point_errors, engine_limits, fit_errors, grid_digest
 from ..wire.records import Snapshot
 from ..wire.shape import decode_mismatch, prefill_mismatch
 from ..wire.typed import digest
@@ -448,26 +448,6 @@ def _kv_need(phase: str, point) -> int:
     return point.batch_size * (point.context_tokens + 1 + point.draft_depth)
 
 
-def _engine_limits(a: Artifact) -> EngineLimits | None:
-    """The limits the engine ran the grid under, as identity.settings and kv_capacity state
-    them; None where a limit is unresolved (legacy artifacts recorded none) or unusable (its
-    own rule reports it). The run's decode output is at least decode_max_tokens, which the
-    fit rules assume: a longer one only needs more room."""
-    settings, kv = a.identity.settings, a.kv_capacity
-    seqs, budget, max_len = (_int_value(settings.max_num_seqs),
-                             _int_value(settings.max_num_batched_tokens),
-                             _int_value(settings.max_model_len))
-    if seqs is None or budget is None or max_len is None or \
-            min(seqs, budget, max_len, kv.block_size, kv.tokens) <= 0:
-        return None
-    sizes = _value(settings.cudagraph_capture_sizes)
-    return EngineLimits(
-        draft_depth=a.speculative.draft_depth, block_size=kv.block_size, max_num_seqs=seqs,
-        max_num_batched_tokens=budget, max_model_len=max_len, kv_tokens=kv.tokens,
-        capture_sizes=sizes if isinstance(sizes, tuple) else (),
-        synthetic=a.speculative.acceptance_control == ACCEPTANCE_SYNTHETIC)
-
-
 def _check_grid(a: Artifact, err: Err, legacy) -> None:
     grid = a.grid
     if a.integrity.grid_digest != grid_digest(grid):
@@ -494,7 +474,9 @@ def _check_grid(a: Artifact, err: Err, legacy) -> None:
             err(f"grid.decode[{i}].acceptance_length: {d.acceptance_length} under "
                 f"{spec.acceptance_control} acceptance (synthetic needs a requested AL, "
                 "natural needs null)")
-    limits = _engine_limits(a)
+    # The run's decode output is at least decode_max_tokens, which the fit rules assume (a
+    # longer one only needs more room).
+    limits = engine_limits(a.identity, a.kv_capacity, spec.draft_depth, synthetic)
     if limits is not None:   # the collector's own fit rules, stricter than the KV need below
         for message in fit_errors(grid, limits):
             err(f"grid.{message}")

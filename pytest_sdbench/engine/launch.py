@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..host import EngineRegistration
-from ..wire.contract import CUDAGRAPH_NONE, FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
+from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from ..wire.identity import ExecutionIdentity, KVCapacity
-from ..wire.points import EngineLimits
+from ..wire.points import EngineLimits, engine_limits
 from . import compat
 from .facts import resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
@@ -171,14 +171,12 @@ class EngineSurface:
     @property
     def limits(self) -> EngineLimits:
         """The engine's own limits, as the grid derivation and the fit rules read them."""
-        sizes = self.identity.settings.cudagraph_capture_sizes.value   # None: unresolved
-        eager = self.identity.cudagraph_mode.value in (CUDAGRAPH_NONE, None)
-        return EngineLimits(
-            draft_depth=self.spec.draft_depth, block_size=self.block_size,
-            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-            max_model_len=self.max_model_len, kv_tokens=self.kv_capacity.tokens,
-            capture_sizes=() if eager or not isinstance(sizes, tuple) else sizes,
-            synthetic=self.spec.synthetic_acceptance_length is not None)
+        limits = engine_limits(self.identity, self.kv_capacity, self.spec.draft_depth,
+                               self.spec.synthetic_acceptance_length is not None)
+        if limits is None:
+            raise RuntimeError("engine limits unresolved: identity.settings holds "
+                               f"{self.identity.settings}")
+        return limits
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import typed
+from .contract import CUDAGRAPH_NONE
 
 
 class GridError(ValueError):
@@ -100,6 +101,27 @@ class EngineLimits:
     kv_tokens: int
     capture_sizes: tuple[int, ...]   # CUDA graph capture sizes in tokens (empty: eager)
     synthetic: bool                  # synthetic acceptance (CUDA): an AL per decode point
+
+
+def engine_limits(identity, kv_capacity, draft_depth: int,
+                  synthetic: bool) -> EngineLimits | None:
+    """The limits an engine runs under, as its identity (settings, graph mode) and KV
+    capacity state them: a started engine's or an artifact's. None where a limit is
+    unresolved or not a positive integer (legacy artifacts recorded none). An eager engine
+    captures no size."""
+    settings = identity.settings
+    seqs, budget, max_len = (settings.max_num_seqs.value, settings.max_num_batched_tokens.value,
+                             settings.max_model_len.value)
+    if any(type(v) is not int or v <= 0 for v in (seqs, budget, max_len)) or \
+            min(kv_capacity.block_size, kv_capacity.tokens) <= 0:
+        return None
+    sizes = settings.cudagraph_capture_sizes.value   # None: unresolved
+    eager = identity.cudagraph_mode.value in (CUDAGRAPH_NONE, None)
+    return EngineLimits(
+        draft_depth=draft_depth, block_size=kv_capacity.block_size, max_num_seqs=seqs,
+        max_num_batched_tokens=budget, max_model_len=max_len, kv_tokens=kv_capacity.tokens,
+        capture_sizes=() if eager or not isinstance(sizes, tuple) else sizes,
+        synthetic=synthetic)
 
 
 def decode_max_tokens(draft_depth: int) -> int:
