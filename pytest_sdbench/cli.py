@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from .options import add_cli_options, k_window_note, user_engine_args
+from .options import add_cli_options, k_window_note, repeat_plan, user_engine_args
 from .wire.contract import K_WINDOW, MAX_REPORTED_VIOLATIONS, STATUS_COMPLETE
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
@@ -106,7 +106,8 @@ def cmd_collect(args) -> int:
                              user_engine_args=user_engine_args(vars(args)),
                              target_revision=args.target_revision,
                              draft_revision=args.draft_revision,
-                             tensor_parallel_size=args.tp, cli=True) for k in args.k]
+                             tensor_parallel_size=args.tp, cpus=args.cpus, cli=True)
+                 for k in args.k]
     except (InputError, ValueError) as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE
@@ -157,7 +158,7 @@ def _collect_one(spec, args):
     try:
         grid = manifest if manifest is not None else grid_for(engine)
         run = collect_to_artifact(engine, args.mode, grid, args.out, progress=progress,
-                                  repeats=args.repeats, notify=_err)
+                                  repeats=repeat_plan(vars(args), cli=True), notify=_err)
     except GridError as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE, None

@@ -15,8 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .engine.placement import CpuListError, parse_cpus
 from .engine.presets import AUTO_PRESET, PRESETS
-from .wire.contract import DEFAULT_DRAFT_DEPTH, DEFAULT_REPEATS, K_WINDOW, MODE_AGG, MODES
+from .wire.contract import (
+    DEFAULT_DRAFT_DEPTH,
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_ORDER_SEED,
+    DEFAULT_REPEATS,
+    K_WINDOW,
+    MODE_AGG,
+    MODES,
+    PINNED_CONFIDENCE,
+    REPEAT_ORDERS,
+    REPEAT_ROUNDS,
+)
+from .wire.rounds import RepeatPlan, UntilPinned
 
 PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
 
@@ -46,6 +59,37 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def half_width(text: str) -> float:
+    """A relative width: '2%' or 0.02, in (0, 1)."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a relative width like 2% or 0.02, got "
+                                         f"{text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie between 0 and 100% (exclusive), got "
+                                         f"{text!r}")
+    return value
+
+
+def cpu_list(text: str) -> tuple[int, ...]:
+    try:
+        return parse_cpus(text)
+    except CpuListError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def engine_arg(text: str) -> tuple[str, Any]:
@@ -121,9 +165,26 @@ OPTIONS: tuple[Option, ...] = (
            f"default {DEFAULT_DRAFT_DEPTH}", default=(DEFAULT_DRAFT_DEPTH,), type=draft_depths,
            metavar="K"),
     Option("grid", "grid manifest (JSON) instead of the default grid", metavar="JSON"),
-    Option("repeats", f"measure each point N times, each an observation of its own "
-           f"(default {DEFAULT_REPEATS})", default=DEFAULT_REPEATS, type=positive_int,
+    Option("repeats", f"measure each point N times, each an observation of its own: by "
+           f"default in N rounds of the whole grid, each round in a fresh seeded order, so "
+           f"that a point's samples spread over the collection (default {DEFAULT_REPEATS})",
+           default=DEFAULT_REPEATS, type=positive_int, metavar="N"),
+    Option("repeat-order", f"{REPEAT_ROUNDS} (default): each repeat is a round of the whole "
+           "grid; back_to_back: a point's repeats one after the other (their spread "
+           "understates the host's noise)", default=REPEAT_ROUNDS, choices=REPEAT_ORDERS),
+    Option("until-pinned", f"after the fixed rounds, keep adding rounds for the points whose "
+           f"median is not pinned yet: until the half width of its {PINNED_CONFIDENCE:.0%} "
+           f"confidence interval is within WIDTH of it (e.g. 2%), up to --max-rounds",
+           type=half_width, metavar="WIDTH"),
+    Option("max-rounds", f"with until-pinned: the most rounds a point takes (default "
+           f"{DEFAULT_MAX_ROUNDS})", default=DEFAULT_MAX_ROUNDS, type=positive_int,
            metavar="N"),
+    Option("order-seed", f"the seed every round's order is drawn from (default "
+           f"{DEFAULT_ORDER_SEED}; recorded)", default=DEFAULT_ORDER_SEED,
+           type=non_negative_int, metavar="N"),
+    Option("cpus", "pin every thread of the engine's process to these CPUs (a list like "
+           "0-3,8; recorded with the threads' placement; default: the process's own mask)",
+           type=cpu_list, metavar="LIST"),
     Option("engine-arg", "a vLLM engine argument KEY=VALUE, spelled as vLLM spells it "
            "(repeatable; JSON values)", default=[], type=engine_arg, action="append",
            metavar="KEY=VALUE"),
@@ -177,6 +238,27 @@ def k_window_note(depths: tuple[int, ...], cli: bool) -> str | None:
         return None
     return (f"{spelled('k', cli)} {outside} lies outside the import window K={low}-{high}; "
             "collected and kept, and flagged by `sdbench validate`")
+
+
+def repeat_plan(values: dict, cli: bool) -> RepeatPlan:
+    """The repeat policy from the options (by dest); ValueError names the option."""
+    until = values.get("until_pinned")
+    if until is None and values.get("max_rounds") not in (None, DEFAULT_MAX_ROUNDS):
+        raise ValueError(f"{spelled('max-rounds', cli)}: takes {spelled('until-pinned', cli)} "
+                         "(the cap of rounds for points that are not pinned yet)")
+    try:
+        return RepeatPlan(
+            repeats=values.get("repeats") or DEFAULT_REPEATS,
+            order=values.get("repeat_order") or REPEAT_ROUNDS,
+            seed=values.get("order_seed") or DEFAULT_ORDER_SEED,
+            until_pinned=None if until is None else UntilPinned(
+                max_half_width=until, confidence=PINNED_CONFIDENCE,
+                max_rounds=values.get("max_rounds") or DEFAULT_MAX_ROUNDS))
+    except ValueError as exc:
+        name = {"repeats": "repeats", "repeat order": "repeat-order",
+                "until pinned": "until-pinned", "max rounds": "max-rounds"}.get(
+                    str(exc).split(":")[0], "repeats")
+        raise ValueError(f"{spelled(name, cli)}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def user_engine_args(values: dict) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from .files import atomic_write_text
 from .wire.contract import GRAPH_EAGER, GRAPH_FULL, GRAPH_PIECEWISE, PHASE_DECODE, PHASE_PREFILL
-from .wire.model import Artifact, PointSummary, summarize
+from .wire.model import Artifact, PointSummary
 
 MARKERS = {GRAPH_EAGER: "o", GRAPH_PIECEWISE: "s", GRAPH_FULL: "^"}
 MIXED_MARKER = "X"   # a point whose repeats ran in more than one graph mode
@@ -71,8 +71,8 @@ class PlotPoint:
 
 
 def plot_points(artifact: Artifact) -> list[PlotPoint]:
-    """Every measured point with its summary (the artifact's, or one computed from its
-    observations when it carries none)."""
+    """Every measured point with its summary (a valid artifact has one per observed point;
+    legacy ones are given theirs on upgrade)."""
     summaries = {(s.phase, s.point_index): s for s in artifact.summaries}
     points = []
     for phase, observations in ((PHASE_PREFILL, artifact.prefill),
@@ -81,8 +81,7 @@ def plot_points(artifact: Artifact) -> list[PlotPoint]:
         for o in observations:
             by_index.setdefault(o.point_index, []).append(o)
         for index, obs in sorted(by_index.items()):
-            summary = summaries.get((phase, index)) or summarize(
-                phase, index, [o.timing.seconds for o in obs])
+            summary = summaries[(phase, index)]
             points.append(PlotPoint(phase, index, obs[0].point, summary,
                                     tuple(dict.fromkeys(o.graph_mode for o in obs))))
     return points

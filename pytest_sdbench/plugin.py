@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from . import hooks, vram
-from .options import OPTIONS, add_pytest_options, k_window_note, user_engine_args
+from .options import OPTIONS, add_pytest_options, k_window_note, repeat_plan, user_engine_args
 
 # The run's sdbench summary, by section; xdist workers hand theirs to the controller under
 # one workeroutput key.
@@ -287,7 +287,7 @@ def sdbench_engine_spec(pytestconfig, sdbench_k):
                                                "engine_arg": opt("sdbench_engine_arg")}),
             target_revision=opt("sdbench_target_revision"),
             draft_revision=opt("sdbench_draft_revision"),
-            tensor_parallel_size=opt("sdbench_tp"))
+            tensor_parallel_size=opt("sdbench_tp"), cpus=opt("sdbench_cpus"))
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
 
@@ -327,16 +327,20 @@ def sdbench_grid(pytestconfig, sdbench_engine):
 def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
     """collect(mode=None, grid=None, decode_tokens=None, repeats=None) -> CollectionRun:
     collect on the engine, validate, check the engine is restored, and write the artifact
-    atomically (.artifact, .path, .result)."""
+    atomically (.artifact, .path, .result). repeats: a number of rounds, or a RepeatPlan
+    (pytest_sdbench.wire.rounds); default: the --sdbench-repeats options."""
     from .session import collect_to_artifact, describe
+    values = {option.dest: pytestconfig.getoption(f"sdbench_{option.dest}")
+              for option in OPTIONS}
+    options_plan = repeat_plan(values, cli=False)   # checked at configure
 
     def collect(mode: str | None = None, grid=None, decode_tokens: int | None = None,
-                repeats: int | None = None):
+                repeats=None):
         mode = mode or pytestconfig.getoption("sdbench_mode")
         run = collect_to_artifact(sdbench_engine, mode, grid or sdbench_grid,
                                   artifact_dir(pytestconfig), worker=_worker_id(pytestconfig),
                                   progress=_progress(pytestconfig), decode_tokens=decode_tokens,
-                                  repeats=repeats or pytestconfig.getoption("sdbench_repeats"),
+                                  repeats=repeats or options_plan,
                                   notify=_notify(pytestconfig))
         pytestconfig.stash[SUMMARY]["artifact"].append(describe(run))
         pytestconfig.hook.pytest_sdbench_artifact_written(

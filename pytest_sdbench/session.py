@@ -27,7 +27,8 @@ from .engine.launch import describe_failure
 from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text
 from .host import HostMonitor
-from .options import spelled
+from .engine.placement import CpuListError, check_cpus
+from .options import repeat_plan, spelled
 from .points import Grid, GridError, default_grid, derived_grid, load_grid
 from .points.sweep import shared_grid
 from .testing import restoration_violations
@@ -41,6 +42,7 @@ from .wire.contract import (
     REVISION_PATTERN,
 )
 from .wire.model import SkippedPoint, utc_now
+from .wire.rounds import RepeatPlan
 
 MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
 
@@ -126,6 +128,15 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
     `values` holds the options by their dest. Raises InputError."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     check_engine_choices(values, cli)
+    try:
+        repeat_plan(values, cli)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if values.get("cpus"):
+        try:
+            check_cpus(values["cpus"])
+        except CpuListError as exc:
+            raise InputError(f"{opt('cpus')}: {exc}") from None
     if values.get("grid"):
         check_grid_file(values["grid"], values.get("mode"),
                         tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,)),
@@ -413,7 +424,7 @@ class Checkpoint:
 
 def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
                         worker: str | None = None, progress=None,
-                        decode_tokens: int | None = None, repeats: int = 1,
+                        decode_tokens: int | None = None, repeats: int | RepeatPlan = 1,
                         notify: Callable[[str], None] | None = None) -> CollectionRun:
     """Collect with a checkpoint after every point (Checkpoint), build the artifact, check
     it against the validator and the published JSON Schema, write it atomically and remove

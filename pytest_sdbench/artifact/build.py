@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import uuid
 
 from .. import __version__
 from ..wire.contract import (
     ARTIFACT_KIND,
+    CANARY_WORKLOAD,
     PACKAGE_NAME,
     PHASE_DECODE,
     PHASE_PREFILL,
     PHASES_BY_MODE,
     POLICY_BY_PHASE,
+    REPEAT_ROUNDS,
     SCHEMA_VERSION,
     SPEC_METHOD_EAGLE3,
     STATUS_COMPLETE,
@@ -20,6 +23,7 @@ from ..wire.contract import (
     STATUS_PARTIAL,
     STEP_TIME_SINGLE_RANK,
     STEP_TIME_SLOWEST_RANK,
+    STOP_NOT_FINISHED,
     TIME_UNIT,
     WARMUP_MAX_PASSES,
     WARMUP_MIN_PASSES,
@@ -42,21 +46,33 @@ from ..wire.model import (
     utc_now,
 )
 from ..wire.points import grid_digest
+from ..wire.rounds import (
+    UntilPinned,
+    canary_readings,
+    canary_spread,
+    point_canary_spread,
+    samples_by_point,
+    stop_rule,
+)
 from ..wire.typed import digest
 
 
-def status_of(expected: int, completed: int) -> Status:
-    if completed == expected:
+def status_of(expected: int, completed: int, finished: bool = True) -> Status:
+    """complete: every point measured, each with the samples its rule asks (finished)."""
+    if completed == expected and finished:
         return STATUS_COMPLETE
     return STATUS_PARTIAL if completed else STATUS_FAILED
 
 
-def measurement_policy(mode: str, repeats: int, ranks: int) -> MeasurementPolicy:
+def measurement_policy(mode: str, repeats: int, ranks: int, repeat_order: str = REPEAT_ROUNDS,
+                       order_seed: int | None = None,
+                       until_pinned: UntilPinned | None = None) -> MeasurementPolicy:
     phases = PHASES_BY_MODE[mode]
     return MeasurementPolicy(
         prefill=POLICY_BY_PHASE[PHASE_PREFILL] if PHASE_PREFILL in phases else None,
         decode=POLICY_BY_PHASE[PHASE_DECODE] if PHASE_DECODE in phases else None,
-        repeats=repeats,
+        repeats=repeats, repeat_order=repeat_order,  # type: ignore[arg-type]
+        order_seed=order_seed, until_pinned=until_pinned,
         warmup=WarmupPolicy(rule=WARMUP_UNTIL_STABLE, min_passes=WARMUP_MIN_PASSES,
                             max_passes=WARMUP_MAX_PASSES, tolerance=WARMUP_TOLERANCE),
         step_time_rule=STEP_TIME_SLOWEST_RANK if ranks > 1 else STEP_TIME_SINGLE_RANK)
@@ -65,10 +81,11 @@ def measurement_policy(mode: str, repeats: int, ranks: int) -> MeasurementPolicy
 def summaries(result) -> tuple[PointSummary, ...]:
     out: list[PointSummary] = []
     for phase in (PHASE_PREFILL, PHASE_DECODE):
-        by_point: dict[int, list[float]] = {}
-        for o in getattr(result, phase):
-            by_point.setdefault(o.point_index, []).append(o.timing.seconds)
-        out.extend(summarize(phase, i, t) for i, t in sorted(by_point.items()))
+        for i, obs in sorted(samples_by_point(getattr(result, phase)).items()):
+            seconds = [o.timing.seconds for o in obs]
+            out.append(summarize(phase, i, seconds,
+                                 stop_rule(seconds, result.repeats, result.until_pinned),
+                                 point_canary_spread(result.rounds, [o.round for o in obs])))
     return tuple(out)
 
 
@@ -76,17 +93,23 @@ def build_artifact(result, engine, environment: RunEnvironment, worker: str | No
                    run_id: str | None = None, created_at: str | None = None) -> Artifact:
     expected = len(result.grid)
     identity, kv = engine.identity, engine.kv_capacity
+    points = summaries(result)
+    environment = dataclasses.replace(environment,
+                                      cpu_placement=getattr(engine, "cpu_placement", None))
     return Artifact(
         kind=ARTIFACT_KIND, schema_version=SCHEMA_VERSION,
         run_id=run_id or uuid.uuid4().hex,
         started_at=result.started_at, created_at=created_at or utc_now(),
-        mode=result.mode, status=status_of(expected, result.completed), time_unit=TIME_UNIT,
+        mode=result.mode, time_unit=TIME_UNIT,
+        status=status_of(expected, result.completed,
+                         finished=all(p.stop != STOP_NOT_FINISHED for p in points)),
         device=engine.device,
         producer=Producer(package=PACKAGE_NAME, package_version=__version__, engine="vllm",
                           engine_version=str(identity.engine_version.value),
                           python_version=platform.python_version(), worker=worker),
         measurement_policy=measurement_policy(result.mode, result.repeats,
-                                              len(kv.rank_num_blocks)),
+                                              len(kv.rank_num_blocks), result.repeat_order,
+                                              result.order_seed, result.until_pinned),
         sampling=Sampling(**result.sampling),
         speculative=Speculative(method=SPEC_METHOD_EAGLE3, draft_depth=engine.spec.draft_depth,
                                 acceptance_control=engine.acceptance_control,
@@ -96,7 +119,8 @@ def build_artifact(result, engine, environment: RunEnvironment, worker: str | No
         coverage=Coverage(expected=expected, completed=result.completed,
                           skipped=len(result.skipped), skipped_points=tuple(result.skipped)),
         prefill=tuple(result.prefill), decode=tuple(result.decode),
-        summaries=summaries(result),
+        summaries=points, rounds=tuple(result.rounds),
+        host_canary=canary_spread(CANARY_WORKLOAD, canary_readings(result.rounds)),
         integrity=Integrity(grid_digest=grid_digest(result.grid), identity_digest=digest(identity),
                             kv_capacity_digest=digest(kv)),
         elapsed_seconds=result.elapsed_seconds, timed_seconds=result.timed_seconds,

@@ -14,6 +14,10 @@ are checked on the document as written, before anything is filled in.
   time or timed total. Those are read as unresolved (or null), never filled with a guess;
   the per-rank KV blocks are the one rank's blocks, and the point summaries are computed
   from the one sample each point has.
+- schema_version 4, "v4-back-to-back-repeats": a point's repeats taken one after the other
+  right after its warm-up; no rounds, no host canary, no CPU placement. Read as the
+  back_to_back policy with no rounds recorded (their order and the host's speed are
+  unknown, and stay so); each summary gains the fields derived from its samples.
 
 A label must fit the document: a document holding a field that a later schema_version
 introduced (FIELDS_INTRODUCED) is not of the version it claims, and is refused, never
@@ -33,9 +37,11 @@ from ..wire.contract import (
     KV_SEED_UNVERIFIED,
     LEGACY_SCHEMA_VERSIONS,
     MODE_AGG,
+    REPEAT_BACK_TO_BACK,
     SCHEMA_VERSION,
     SPEC_METHOD_NONE,
     STEP_TIME_SINGLE_RANK,
+    STOP_FIXED,
     WARMUP_SINGLE_PASS,
 )
 from ..wire.model import summarize
@@ -75,6 +81,10 @@ FIELDS_INTRODUCED: dict[int, tuple[str, ...]] = {
         "prefill[].warmup_passes", "decode[].warmup_passes", "prefill[].warmup_settled",
         "decode[].warmup_settled", "prefill[].timing.rank_seconds",
         "decode[].timing.rank_seconds"),
+    5: ("measurement_policy.repeat_order", "measurement_policy.order_seed",
+        "measurement_policy.until_pinned", "prefill[].round", "decode[].round",
+        "summaries[].median_half_width", "summaries[].stop", "summaries[].canary_spread",
+        "environment.cpu_placement", "rounds", "host_canary"),
 }
 
 
@@ -220,8 +230,45 @@ def _v3_to_v4(data: dict) -> None:
                     summaries.append(typed.encode(
                         # a missing point_index stays None; the validator reports it
                         summarize(phase, obs.get("point_index"),  # type: ignore[arg-type]
-                                  [float(seconds)])))
+                                  [float(seconds)], STOP_FIXED, None)))
     data.setdefault("summaries", summaries)
+
+
+def _samples(data: dict, phase: str, index) -> list[float]:
+    """The seconds of a point's observations, in the order they were taken (repeat)."""
+    found = [(obs.get("repeat"), (obs.get("timing") or {}).get("seconds"))
+             for obs in data.get(phase) or [] if isinstance(obs, dict)
+             and obs.get("point_index") == index]
+    seconds = [s for _, s in sorted(found, key=lambda item: (type(item[0]) is not int,
+                                                              item[0] if type(item[0]) is int
+                                                              else 0))]
+    return [float(s) for s in seconds
+            if isinstance(s, (int, float)) and not isinstance(s, bool)]
+
+
+def _v4_to_v5(data: dict) -> None:
+    policy = data.get("measurement_policy")
+    if isinstance(policy, dict):
+        policy.setdefault("repeat_order", REPEAT_BACK_TO_BACK)
+        policy.setdefault("order_seed", None)
+        policy.setdefault("until_pinned", None)
+    for phase in ("prefill", "decode"):
+        for obs in data.get(phase) or []:
+            if isinstance(obs, dict):
+                obs.setdefault("round", 0)
+    for summary in data.get("summaries") or []:
+        if isinstance(summary, dict):
+            side, index = summary.get("phase"), summary.get("point_index")
+            derived = summarize(side, index,  # type: ignore[arg-type]
+                                _samples(data, str(side), index) or [1.0], STOP_FIXED, None)
+            summary.setdefault("median_half_width", derived.median_half_width)
+            summary.setdefault("stop", STOP_FIXED)
+            summary.setdefault("canary_spread", None)
+    env = data.get("environment")
+    if isinstance(env, dict):
+        env.setdefault("cpu_placement", None)
+    data.setdefault("rounds", [])
+    data.setdefault("host_canary", None)
 
 
 def upgrade(data: dict) -> tuple[dict, str]:
@@ -240,7 +287,9 @@ def upgrade(data: dict) -> tuple[dict, str]:
     if version < 3:
         _unverified_prefill(data)
         _run_acceptance_from_step(data)
-    _v3_to_v4(data)
+    if version < 4:
+        _v3_to_v4(data)
+    _v4_to_v5(data)
     data["schema_version"] = SCHEMA_VERSION
     # The upgrade filled in fields; the raw digests were checked above.
     data["integrity"] = dict(data["integrity"], identity_digest=digest(data["identity"]),

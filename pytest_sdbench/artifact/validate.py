@@ -72,13 +72,21 @@ from ..wire.identity import IdentityField
 from ..wire.model import Artifact, parse_utc, summarize
 from ..wire.points import Grid, _point_errors, engine_limits, fit_errors, grid_digest
 from ..wire.records import Snapshot
+from ..wire.rounds import point_canary_spread, samples_by_point, stop_rule
 from ..wire.shape import decode_mismatch, prefill_mismatch
 from ..wire.typed import digest
+from .check_rounds import check_rounds, check_samples, unfinished
 
 # A consumer's draft-depth import window; K outside it is flagged, never dropped.
 DEFAULT_K_WINDOW = K_WINDOW
 V1 = LEGACY_SCHEMA_VERSIONS[1]
 Err = Callable[[str], None]
+_LEGACY_VERSION = {marker: version for version, marker in LEGACY_SCHEMA_VERSIONS.items()}
+
+
+def _older_than(legacy: str | None, version: int) -> bool:
+    """The artifact was written in a schema_version before `version` (then upgraded)."""
+    return legacy is not None and _LEGACY_VERSION[legacy] < version
 
 
 @dataclass
@@ -144,6 +152,8 @@ def _check(a: Artifact, report: Report) -> None:
     _check_grid(a, err, legacy)
     _check_environment(a, err, report.flags, legacy)
     _check_observations(a, err, legacy)
+    check_samples(a, err)
+    check_rounds(a, err, legacy)
     _check_summaries(a, err)
     _check_times(a, err, legacy)
     _check_coverage(a, err)
@@ -194,7 +204,7 @@ def _check_header(a: Artifact, err: Err, legacy) -> None:
         err(f"created_at: must be an ISO 8601 UTC timestamp (e.g. 2026-11-30T20:07:00+00:00), "
             f"got {a.created_at!r}")
     if a.started_at is None:
-        if legacy is None:
+        if not _older_than(legacy, 4):
             err(f"started_at: null; required in schema_version {SCHEMA_VERSION} (null only in "
                 "upgraded legacy artifacts)")
     elif parse_utc(a.started_at) is None:
@@ -225,16 +235,17 @@ def _check_policy(a: Artifact, err: Err, legacy) -> None:
     if policy.repeats < 1:
         err(f"measurement_policy.repeats: must be >= 1, got {policy.repeats}")
     warmup = policy.warmup
-    # Schema v4 warms up until stable with the contract's passes and tolerance; legacy
-    # artifacts warmed up once (the reader states it so).
-    want = ((WARMUP_SINGLE_PASS, 1, 1, 0.0) if legacy else
+    # Since schema v4 a point warms up until stable with the contract's passes and
+    # tolerance; older artifacts warmed up once (the reader states it so).
+    old = _older_than(legacy, 4)
+    want = ((WARMUP_SINGLE_PASS, 1, 1, 0.0) if old else
             (WARMUP_UNTIL_STABLE, WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE))
     names = ("rule", "min_passes", "max_passes", "tolerance")
     for name, expected in zip(names, want, strict=True):
         got = getattr(warmup, name)
         if got != expected or type(got) is not type(expected):
             err(f"measurement_policy.warmup.{name}: {got!r}, the "
-                f"{'legacy reader' if legacy else 'contract'} states {expected!r}")
+                f"{'legacy reader' if old else 'contract'} states {expected!r}")
     tp = _int_value(a.identity.tensor_parallel_size)
     if tp is None or tp < 1:
         err("identity.tensor_parallel_size: must be a resolved integer >= 1, got "
@@ -426,7 +437,7 @@ def _check_kv(a: Artifact, err: Err, legacy) -> None:
     if len(draft) != len(kv.draft_layer_names):
         err(f"kv_capacity.draft_layer_names: lists a layer twice ({list(kv.draft_layer_names)})")
     tp = _int_value(a.identity.tensor_parallel_size)
-    if legacy is None and tp is not None and len(kv.rank_num_blocks) != tp:
+    if not _older_than(legacy, 4) and tp is not None and len(kv.rank_num_blocks) != tp:
         err(f"kv_capacity.rank_num_blocks: {len(kv.rank_num_blocks)} entries for "
             f"identity.tensor_parallel_size {tp}")
     for r, blocks in enumerate(kv.rank_num_blocks):
@@ -498,7 +509,7 @@ def _check_grid(a: Artifact, err: Err, legacy) -> None:
 def _check_environment(a: Artifact, err: Err, flags: list[str], legacy) -> None:
     env = a.environment
     if env is None:
-        if legacy is None:
+        if not _older_than(legacy, 4):
             err(f"environment: null; required in schema_version {SCHEMA_VERSION} (null only in "
                 "upgraded legacy artifacts)")
         return
@@ -532,7 +543,6 @@ def _check_environment(a: Artifact, err: Err, flags: list[str], legacy) -> None:
 
 def _check_observations(a: Artifact, err: Err, legacy) -> None:
     seen_ids: dict[int, str] = {}
-    repeats = a.measurement_policy.repeats
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         observations, points = getattr(a, phase), getattr(a.grid, phase)
         if observations and phase not in PHASES_BY_MODE[a.mode]:
@@ -548,9 +558,6 @@ def _check_observations(a: Artifact, err: Err, legacy) -> None:
                 err(f"{where}.repeat: point {obs.point_index} repeat {obs.repeat} duplicates "
                     f"{phase}[{repeats_seen[key]}]")
             repeats_seen.setdefault(key, i)
-            if repeats >= 1 and not 0 <= obs.repeat < repeats:
-                err(f"{where}.repeat: {obs.repeat} is outside 0..measurement_policy.repeats-1 "
-                    f"= 0..{repeats - 1}")
             members = by_point.setdefault(obs.point_index, [])
             if members:
                 _check_same_warmup(observations[members[0]], obs, where,
@@ -560,12 +567,6 @@ def _check_observations(a: Artifact, err: Err, legacy) -> None:
                 err(f"{where}.native_iteration_id: {obs.native_iteration_id} is also the id of "
                     f"{seen_ids[obs.native_iteration_id]}")
             seen_ids.setdefault(obs.native_iteration_id, where)
-        for index, members in sorted(by_point.items()):
-            if len(members) != repeats and repeats >= 1:
-                names = ", ".join(f"{phase}[{m}]" for m in members[:4])
-                err(f"{phase}: point {index} has {len(members)} observations ({names}"
-                    f"{', ...' if len(members) > 4 else ''}), measurement_policy.repeats is "
-                    f"{repeats}")
 
 
 def _check_same_warmup(first, obs, where: str, first_where: str, err: Err) -> None:
@@ -600,7 +601,7 @@ def _check_observation(a: Artifact, phase, obs, where, points, err: Err, legacy)
     if phase == PHASE_PREFILL:
         _check_prefill(obs, where, err, legacy)
     else:
-        _check_decode(obs, where, err)
+        _check_decode(obs, where, err, legacy)
 
 
 def _check_timing(a: Artifact, obs, where: str, err: Err) -> None:
@@ -665,6 +666,8 @@ def _check_provenance(a: Artifact, obs, where: str, err: Err) -> None:
 
 
 def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
+    """The step's own counts against each other; a retained step runs its point's batch
+    alone (no other request waiting or running, none preempted)."""
     if snap.booking != BOOKING_MEASURED:
         err(f"{where}.snapshot.booking: {snap.booking!r}; only measured steps may be retained "
             "(a warm-up counted as measured?)")
@@ -692,7 +695,21 @@ def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
     if 0 <= snap.queue.running < len(snap.requests):
         err(f"{where}.snapshot.queue.running: {snap.queue.running}, yet the step schedules "
             f"{len(snap.requests)} requests (every scheduled request is running)")
+    elif snap.queue.running > len(snap.requests):
+        err(f"{where}.snapshot.queue.running: {snap.queue.running}, more than the step's "
+            f"{len(snap.requests)} requests; a measured batch runs alone")
+    if snap.queue.waiting > 0:
+        err(f"{where}.snapshot.queue.waiting: {snap.queue.waiting}; a measured step admits "
+            "its whole batch at once, nothing waits")
+    for j, r in enumerate(snap.requests):
+        if r.preemptions > 0:
+            err(f"{where}.snapshot.requests[{j}].preemptions: {r.preemptions}; a preempted "
+                "request's step is not its point's")
+    ids = {r.request_id for r in snap.requests}
     for j, c in enumerate(snap.corrections):
+        if c.request_id not in ids:
+            err(f"{where}.snapshot.corrections[{j}].request_id: {c.request_id!r} is none of the "
+                "step's requests")
         if not 1 <= c.from_iteration_id < snap.native_iteration_id or c.rejected_tokens < 0:
             err(f"{where}.snapshot.corrections[{j}]: from_iteration_id {c.from_iteration_id}, "
                 f"rejected_tokens {c.rejected_tokens}; a correction comes from an earlier "
@@ -715,18 +732,22 @@ def _check_prefill(obs, where: str, err: Err, legacy) -> None:
         err(f"{where}.snapshot: {mismatch}")
     prefix = obs.point.cached_prefix_tokens
     regime = obs.kv_seed_regime
-    allowed = KV_SEED_REGIMES + (("unverified",) if legacy else ())
+    allowed = KV_SEED_REGIMES + (("unverified",) if _older_than(legacy, 3) else ())
     if regime not in allowed:
         err(f"{where}.kv_seed_regime: expected one of {allowed}, got {regime!r}")
     elif (prefix == 0) != (regime == KV_SEED_NONE):
         err(f"{where}.kv_seed_regime: {regime!r} does not fit cached_prefix_tokens {prefix}")
+    if regime == KV_SEED_NONE and not legacy and (
+            len(obs.cache_hit_tokens) != obs.point.batch_size or any(obs.cache_hit_tokens)):
+        err(f"{where}.cache_hit_tokens: {list(obs.cache_hit_tokens)}; a point without a "
+            f"cached prefix is verified as no hit for each of {obs.point.batch_size} requests")
     if regime == KV_SEED_REAL and (len(obs.cache_hit_tokens) != obs.point.batch_size or
                                    any(h != prefix for h in obs.cache_hit_tokens)):
         err(f"{where}.cache_hit_tokens: {list(obs.cache_hit_tokens)}; a real prefix must be "
             f"verified as a hit of {prefix} tokens for each of {obs.point.batch_size} requests")
 
 
-def _check_decode(obs, where: str, err: Err) -> None:
+def _check_decode(obs, where: str, err: Err, legacy) -> None:
     mismatch = decode_mismatch(obs.point, obs.snapshot)
     if mismatch:
         err(f"{where}.snapshot: {mismatch}")
@@ -737,8 +758,11 @@ def _check_decode(obs, where: str, err: Err) -> None:
     if not 1.0 <= obs.run_acceptance_length <= k + 1:
         err(f"{where}.run_acceptance_length: {obs.run_acceptance_length} is outside "
             f"[1, K+1 = {k + 1}]")
-    if obs.run_acceptance_samples < 0:
-        err(f"{where}.run_acceptance_samples: must be >= 0, got {obs.run_acceptance_samples}")
+    if obs.run_acceptance_samples < 0 or (not _older_than(legacy, 3) and
+                                          obs.run_acceptance_samples < len(obs.accepted_tokens)):
+        err(f"{where}.run_acceptance_samples: {obs.run_acceptance_samples}, fewer than the "
+            f"steady step's own {len(obs.accepted_tokens)} accepted_tokens (the run's samples "
+            "include them)")
     accepted = obs.accepted_tokens
     if len(accepted) != obs.point.batch_size:
         err(f"{where}.accepted_tokens: {len(accepted)} entries for batch_size "
@@ -756,10 +780,11 @@ def _check_decode(obs, where: str, err: Err) -> None:
 # ---- summaries, sums, coverage ------------------------------------------------------------
 
 def _check_summaries(a: Artifact, err: Err) -> None:
-    """One summary per observed point, equal to wire.model.summarize of its samples."""
-    samples: dict[tuple[str, int], list[float]] = {}
-    for phase, _, obs in _observations(a):
-        samples.setdefault((phase, obs.point_index), []).append(obs.timing.seconds)
+    """One summary per observed point, equal to wire.model.summarize of its samples (in the
+    order taken), with the stop its rule gives and the canary spread of its rounds."""
+    policy = a.measurement_policy
+    samples = {(phase, index): obs for phase in (PHASE_PREFILL, PHASE_DECODE)
+               for index, obs in samples_by_point(getattr(a, phase)).items()}
     seen: dict[tuple[str, int], int] = {}
     for k, s in enumerate(a.summaries):
         key = (s.phase, s.point_index)
@@ -772,14 +797,20 @@ def _check_summaries(a: Artifact, err: Err) -> None:
             err(f"summaries[{k}]: {s.phase} point {s.point_index} has no observation to "
                 "summarise")
             continue
-        times = samples[key]
+        times = [o.timing.seconds for o in samples[key]]
         if not all(_real_step(t, a.device) for t in times):
             continue   # the out-of-bounds step is reported; its summary is not recomputed
-        want = summarize(s.phase, s.point_index, times)
+        want = summarize(s.phase, s.point_index, times,
+                         stop_rule(times, policy.repeats, policy.until_pinned),
+                         point_canary_spread(a.rounds, [o.round for o in samples[key]]))
+        if s.stop != want.stop:
+            err(f"summaries[{k}].stop: {s.stop!r}, yet its {len(times)} samples under the "
+                f"policy's rule give {want.stop!r}")
         for name in ("samples", "median_seconds", "mean_seconds", "min_seconds",
-                     "max_seconds", "cv"):
+                     "max_seconds", "cv", "median_half_width", "canary_spread"):
             got, exp = getattr(s, name), getattr(want, name)
-            if not math.isclose(got, exp, rel_tol=MEASURED_SUM_REL_TOL, abs_tol=1e-15):
+            if (got is None) != (exp is None) or (got is not None and not math.isclose(
+                    got, exp, rel_tol=MEASURED_SUM_REL_TOL, abs_tol=1e-15)):
                 err(f"summaries[{k}].{name}: {got} != {exp}, recomputed from the "
                     f"{len(times)} samples of {s.phase} point {s.point_index}")
     for phase, index in sorted(samples.keys() - seen.keys()):
@@ -798,7 +829,7 @@ def _check_times(a: Artifact, err: Err, legacy) -> None:
             "step times")
     timed = a.timed_seconds
     if timed is None:
-        if legacy is None:
+        if not _older_than(legacy, 4):
             err(f"timed_seconds: null; required in schema_version {SCHEMA_VERSION} (null only "
                 "in upgraded legacy artifacts)")
         if a.measured_seconds > a.elapsed_seconds:
@@ -858,7 +889,13 @@ def _check_coverage(a: Artifact, err: Err) -> None:
     if a.status == STATUS_COMPLETE and (cov.completed != cov.expected or cov.skipped):
         err(f"status: 'complete' with coverage {cov.completed}/{cov.expected} "
             f"({cov.skipped} skipped)")
-    if a.status != STATUS_COMPLETE and cov.completed == cov.expected and not cov.skipped:
+    open_points = unfinished(a)
+    if a.status == STATUS_COMPLETE and open_points:
+        err(f"status: 'complete' while {', '.join(open_points[:3])} "
+            f"{'(and more) ' if len(open_points) > 3 else ''}still ask for samples (stop "
+            "'not_finished')")
+    if a.status != STATUS_COMPLETE and cov.completed == cov.expected and not cov.skipped \
+            and not open_points:
         err(f"status: {a.status!r} although every point was measured")
 
 

@@ -1,22 +1,31 @@
-"""Collection: for each point, warm the exact coordinate up unbooked until its step time
-is stable, then run it `repeats` times booked and retain, from each run, the one step the
-phase's measurement policy names. agg runs every prefill point, then every decode point,
-so no measured batch mixes the two phases.
+"""Collection: every exact coordinate is warmed up unbooked until its step time is stable,
+then measured booked, retaining from each run the one step the phase's measurement policy
+names. agg runs prefill points before decode points in every pass, so no measured batch
+mixes the two phases.
 
-Decode points are seeded first: an unbooked run computes the point's prompts (chunked over
-as many steps as the engine's token budget needs), so that every later run of the same
+Repeats are taken in rounds (the default): after the warm-up pass over the grid, each round
+measures every point once, in a fresh seeded order (wire.rounds.round_order), so that a
+point's samples are spread over the whole collection and their spread is the host's true
+noise; until pinned, points whose median is not yet pinned take more rounds, up to a cap. A
+host-speed canary is read before and after every round. Back-to-back repeats (a point's
+repeats right after its warm-up, the v4 policy) remain available as an explicit policy.
+
+Decode points are seeded: an unbooked run computes the point's prompts (chunked over as
+many steps as the engine's token budget needs), so that the measured run of the same
 prompts is admitted in one step from the prefix cache and reaches the steady step with
-exactly the point's context. A point is thus limited by the KV capacity and max_num_seqs,
-not by one step's budget.
+exactly the point's context; in rounds the seed runs again before each measurement (other
+points' runs may have evicted the prompts), as does a prefill point's cached prefix. A
+point is thus limited by the KV capacity and max_num_seqs, not by one step's budget.
 
 The observer is attached for the collection and detached afterwards, whatever happens.
-Python's garbage collector is paused while a point runs (collected between points), so
-that its pauses do not land inside measured steps.
+Python's garbage collector is paused while a point is warmed up or measured (collected
+before), so that its pauses do not land inside measured steps.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -24,12 +33,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from ..engine import compat, ranks
+from ..engine.canary import measure_canary
 from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
 from ..points import DecodePoint, Grid, GridError, PrefillPoint
 from ..wire.contract import (
     BOOKING_MEASURED,
     BOOKING_UNBOOKED,
     BOOKING_WARMUP,
+    DEFAULT_ORDER_SEED,
     GENERATION_SAMPLING,
     GRAPH_EAGER,
     GRAPH_MODES,
@@ -38,7 +49,9 @@ from ..wire.contract import (
     PHASE_DECODE,
     PHASE_IDLE,
     PHASE_PREFILL,
+    PHASES,
     PHASES_BY_MODE,
+    REPEAT_ROUNDS,
     STEADY_STEP_INDEX,
     TIMER_FOR_SOURCE,
     WARMUP_MAX_PASSES,
@@ -46,9 +59,25 @@ from ..wire.contract import (
     WARMUP_TOLERANCE,
     Booking,
     GraphMode,
+    RepeatOrder,
 )
-from ..wire.model import DecodeObservation, PrefillObservation, SkippedPoint, utc_now
+from ..wire.model import (
+    DecodeObservation,
+    Observation,
+    PrefillObservation,
+    SkippedPoint,
+    utc_now,
+)
 from ..wire.points import decode_max_tokens, fit_errors
+from ..wire.rounds import (
+    CanarySample,
+    PointRef,
+    RepeatPlan,
+    Round,
+    UntilPinned,
+    needs_another_round,
+    round_order,
+)
 from ..wire.shape import decode_mismatch, prefill_mismatch
 
 
@@ -57,9 +86,13 @@ class CollectionResult:
     mode: str
     grid: Grid
     repeats: int = 1
+    repeat_order: RepeatOrder = REPEAT_ROUNDS
+    order_seed: int | None = DEFAULT_ORDER_SEED
+    until_pinned: UntilPinned | None = None
     prefill: list[PrefillObservation] = field(default_factory=list)
     decode: list[DecodeObservation] = field(default_factory=list)
     skipped: list[SkippedPoint] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)   # the last one may be in progress
     sampling: dict = field(default_factory=dict)
     started_at: str = ""
     elapsed_seconds: float = 0.0
@@ -68,9 +101,19 @@ class CollectionResult:
 
     @property
     def completed(self) -> int:
-        """Points with all their repeats retained."""
+        """Points with retained observations."""
         return len({o.point_index for o in self.prefill}) + \
             len({o.point_index for o in self.decode})
+
+    def begin_round(self, index: int, order: tuple[PointRef, ...],
+                    canary: CanarySample) -> int:
+        """Record a round about to run (its closing canary reading still missing)."""
+        self.rounds.append(Round(index=index, order=order, canary_before=canary,
+                                 canary_after=None))
+        return len(self.rounds) - 1
+
+    def end_round(self, position: int, canary: CanarySample) -> None:
+        self.rounds[position] = replace(self.rounds[position], canary_after=canary)
 
 
 class PointFailed(RuntimeError):
@@ -111,17 +154,20 @@ def settled(times: list[float], tolerance: float = WARMUP_TOLERANCE,
 
 class Collector:
     def __init__(self, engine, progress=None, decode_tokens: int | None = None,
-                 repeats: int = 1,
+                 repeats: int | RepeatPlan = 1,
                  on_point: Callable[[CollectionResult], None] | None = None):
-        if repeats < 1:
-            raise ValueError(f"repeats: must be >= 1, got {repeats}")
+        plan = repeats if isinstance(repeats, RepeatPlan) else RepeatPlan(repeats=repeats)
         self.engine = engine
         self.decode_tokens = decode_tokens  # output tokens of a decode run (default: enough)
-        self.repeats = repeats
+        self.repeats = plan.repeats
+        self.repeat_order = plan.order
+        self.order_seed = plan.seed
+        self.until_pinned = plan.until_pinned
         self.progress = progress or (lambda done, total, label: None)
-        self.on_point = on_point or (lambda result: None)  # after every point (checkpoints)
+        self.on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
         self.observer: NativeObserver | None = None
         self.timed_seconds = 0.0
+        self._done, self._total = 0, 0
 
     # ---- prompts ----------------------------------------------------------------------
     def _fresh(self, n: int) -> list[int]:
@@ -186,55 +232,64 @@ class Collector:
         raise PointFailed(f"the engine runs CUDA graphs ({engine_mode}) but did not report how "
                           f"iteration {record.native_iteration_id} ran")
 
-    def _passes(self, run_once):
-        """Warm up until settled, then the booked repeats. run_once(booking) -> (record, ...)
-        with the pass's retained step first."""
+    def _warm(self, run_once) -> tuple[int, bool]:
+        """Warm the exact coordinate up, unbooked, until settled: (passes, settled)."""
         times: list[float] = []
         while len(times) < WARMUP_MAX_PASSES and not settled(times):
             times.append(run_once(BOOKING_WARMUP)[0].timing.seconds)
-        warmup = (len(times), settled(times))
-        return [run_once(BOOKING_MEASURED) for _ in range(self.repeats)], warmup
+        return len(times), settled(times)
 
-    def prefill_point(self, index: int, point: PrefillPoint) -> list[PrefillObservation]:
+    # ---- prefill ------------------------------------------------------------------------
+    def _prefill_prepare(self, point: PrefillPoint) -> _PointState:
         # A real prefix: computed by an unbooked prefill and kept in the prefix cache. With
         # EAGLE, vLLM drops the last matched block of a hit (the draft needs its hidden
         # states), so a hit of P tokens needs P + one block cached and shared; that block
         # is recomputed as the first of the point's new tokens.
         shared = self._fresh(point.cached_prefix_tokens + self.engine.block_size
                              if point.cached_prefix_tokens else 0)
-        if shared:
-            self._run([shared], 1, BOOKING_UNBOOKED)
+        state = _PointState(PHASE_PREFILL, point, shared=shared)
+        self._prefill_seed(state)
+        return state
 
-        def run_once(booking):
-            prompts = [shared + self._fresh(point.new_tokens - len(shared) +
-                                            point.cached_prefix_tokens)
-                       for _ in range(point.batch_size)]
-            steps, outputs = self._run(prompts, 1, booking)
-            if len(steps) != 1:
-                raise PointFailed(f"single_step policy: the {booking} run took {len(steps)} "
-                                  "steps")
-            return steps[0], outputs
+    def _prefill_seed(self, state: _PointState) -> None:
+        """(Re)compute the shared prefix, unbooked: other points' runs may have evicted it
+        from the prefix cache since it was last used."""
+        if state.shared:
+            self._run([state.shared], 1, BOOKING_UNBOOKED)
 
-        passes, (warmups, stable) = self._passes(run_once)
-        observations = []
-        for repeat, (record, outputs) in enumerate(passes):
-            snapshot = record.corrected_snapshot()
-            mismatch = prefill_mismatch(point, snapshot)
-            if mismatch:
-                raise PointFailed(f"the measured step's snapshot {mismatch}")
-            hits = tuple(int(o.num_cached_tokens or 0) for o in outputs)
-            if any(h != point.cached_prefix_tokens for h in hits):
-                raise PointFailed(f"cache hits {hits} differ from the point's cached prefix "
-                                  f"{point.cached_prefix_tokens}")
-            observations.append(PrefillObservation(
-                point_index=index, repeat=repeat, point=point,
-                native_iteration_id=record.native_iteration_id, snapshot=snapshot,
-                timing=record.timing, provenance=self._provenance(),
-                kv_seed_regime=KV_SEED_REAL if shared else KV_SEED_NONE, cache_hit_tokens=hits,
-                graph_mode=self._graph_mode(record), warmup_passes=warmups,
-                warmup_settled=stable))
-        return observations
+    def _prefill_once(self, state: _PointState, booking: Booking):
+        point = state.point
+        assert isinstance(point, PrefillPoint)
+        prompts = [state.shared + self._fresh(point.new_tokens - len(state.shared) +
+                                              point.cached_prefix_tokens)
+                   for _ in range(point.batch_size)]
+        steps, outputs = self._run(prompts, 1, booking)
+        if len(steps) != 1:
+            raise PointFailed(f"single_step policy: the {booking} run took {len(steps)} steps")
+        return steps[0], outputs
 
+    def _prefill_observation(self, index: int, state: _PointState, record, outputs,
+                             repeat: int, round_index: int) -> PrefillObservation:
+        point = state.point
+        assert isinstance(point, PrefillPoint)
+        snapshot = record.corrected_snapshot()
+        mismatch = prefill_mismatch(point, snapshot)
+        if mismatch:
+            raise PointFailed(f"the measured step's snapshot {mismatch}")
+        hits = tuple(int(o.num_cached_tokens or 0) for o in outputs)
+        if any(h != point.cached_prefix_tokens for h in hits):
+            raise PointFailed(f"cache hits {hits} differ from the point's cached prefix "
+                              f"{point.cached_prefix_tokens}")
+        passes, stable = state.warmup
+        return PrefillObservation(
+            point_index=index, repeat=repeat, round=round_index, point=point,
+            native_iteration_id=record.native_iteration_id, snapshot=snapshot,
+            timing=record.timing, provenance=self._provenance(),
+            kv_seed_regime=KV_SEED_REAL if state.shared else KV_SEED_NONE,
+            cache_hit_tokens=hits, graph_mode=self._graph_mode(record), warmup_passes=passes,
+            warmup_settled=stable)
+
+    # ---- decode -------------------------------------------------------------------------
     @contextmanager
     def _acceptance(self, point: DecodePoint):
         """Synthetic acceptance at the point's AL for the point's runs, restored after."""
@@ -250,53 +305,101 @@ class Collector:
         finally:
             compat.set_synthetic_rates(llm, before)
 
-    def decode_point(self, index: int, point: DecodePoint) -> list[DecodeObservation]:
+    def _decode_prepare(self, point: DecodePoint) -> _PointState:
+        state = _PointState(PHASE_DECODE, point, prompts=[self._fresh(point.context_tokens)
+                                                          for _ in range(point.batch_size)])
+        self._decode_seed(state)
+        return state
+
+    def _decode_seed(self, state: _PointState) -> None:
+        """Compute every prompt once (chunked as the budget needs), unbooked, so that the
+        next run admits them all in one step from the prefix cache; again before each
+        round's measurement, since other points' runs may have evicted them."""
+        self._run(state.prompts, 1, BOOKING_UNBOOKED)
+
+    def _decode_once(self, state: _PointState, booking: Booking):
+        point = state.point
+        assert isinstance(point, DecodePoint)
         max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
-        prompts = [self._fresh(point.context_tokens) for _ in range(point.batch_size)]
+        steps, _ = self._run(state.prompts, max_tokens, booking)
+        if len(steps) < STEADY_STEP_INDEX:
+            raise PointFailed(f"steady_step policy: the {booking} run took only {len(steps)} "
+                              "steps")
+        first = steps[0].snapshot
+        if first.phase != PHASE_PREFILL or len(first.requests) != point.batch_size:
+            raise PointFailed(f"the {booking} run's first step did not admit every request "
+                              "of the point at once (the seeded prompts left the cache?)")
+        return steps[STEADY_STEP_INDEX - 1], steps
 
-        def run_once(booking):
-            steps, _ = self._run(prompts, max_tokens, booking)
-            if len(steps) < STEADY_STEP_INDEX:
-                raise PointFailed(f"steady_step policy: the {booking} run took only "
-                                  f"{len(steps)} steps")
-            first = steps[0].snapshot
-            if first.phase != PHASE_PREFILL or len(first.requests) != point.batch_size:
-                raise PointFailed(f"the {booking} run's first step did not admit every request "
-                                  "of the point at once (the seeded prompts left the cache?)")
-            return steps[STEADY_STEP_INDEX - 1], steps
+    def _decode_observation(self, index: int, state: _PointState, record, steps,
+                            repeat: int, round_index: int) -> DecodeObservation:
+        point = state.point
+        assert isinstance(point, DecodePoint)
+        snapshot = record.corrected_snapshot()
+        mismatch = decode_mismatch(point, snapshot)
+        if mismatch:
+            raise PointFailed(f"the steady step's snapshot {mismatch}")
+        accepted = _accepted(record, snapshot)
+        observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
+        run = [n for step in steps[STEADY_STEP_INDEX - 1:]
+               for n in _accepted(step, step.corrected_snapshot(), point.draft_depth)]
+        passes, stable = state.warmup
+        return DecodeObservation(
+            point_index=index, repeat=repeat, round=round_index, point=point,
+            native_iteration_id=record.native_iteration_id, step_index=STEADY_STEP_INDEX,
+            snapshot=snapshot, timing=record.timing, provenance=self._provenance(),
+            accepted_tokens=accepted, observed_acceptance_length=observed,
+            run_acceptance_length=1.0 + statistics.fmean(run) if run else 1.0,
+            run_acceptance_samples=len(run), graph_mode=self._graph_mode(record),
+            warmup_passes=passes, warmup_settled=stable)
 
-        with self._acceptance(point):
-            # Seed: compute every prompt once (chunked as the budget needs), unbooked.
-            self._run(prompts, 1, BOOKING_UNBOOKED)
-            passes, (warmups, stable) = self._passes(run_once)
-        observations = []
-        for repeat, (record, steps) in enumerate(passes):
-            snapshot = record.corrected_snapshot()
-            mismatch = decode_mismatch(point, snapshot)
-            if mismatch:
-                raise PointFailed(f"the steady step's snapshot {mismatch}")
-            accepted = _accepted(record, snapshot)
-            observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
-            run = [n for step in steps[STEADY_STEP_INDEX - 1:]
-                   for n in _accepted(step, step.corrected_snapshot(), point.draft_depth)]
-            observations.append(DecodeObservation(
-                point_index=index, repeat=repeat, point=point,
-                native_iteration_id=record.native_iteration_id, step_index=STEADY_STEP_INDEX,
-                snapshot=snapshot, timing=record.timing, provenance=self._provenance(),
-                accepted_tokens=accepted, observed_acceptance_length=observed,
-                run_acceptance_length=1.0 + statistics.fmean(run) if run else 1.0,
-                run_acceptance_samples=len(run), graph_mode=self._graph_mode(record),
-                warmup_passes=warmups, warmup_settled=stable))
-        return observations
-
-    def _point(self, run, index, point):
-        """One point with the garbage collector paused (collected first)."""
+    # ---- one point: prepare and warm up; one measured pass ------------------------------
+    def _paused_gc(self, work):
+        """Run work() with the garbage collector paused (collected first), so that its
+        pauses do not land inside measured steps."""
         gc.collect()
         gc.disable()
         try:
-            return run(index, point)
+            return work()
         finally:
             gc.enable()
+
+    def _prepare(self, ref: PointRef, point) -> _PointState:
+        """Seed the point's prompts and warm its exact coordinate up, unbooked."""
+        def work():
+            if ref.phase == PHASE_PREFILL:
+                state = self._prefill_prepare(point)
+                state.warmup = self._warm(lambda b: self._prefill_once(state, b))
+                return state
+            with self._acceptance(point):
+                state = self._decode_prepare(point)
+                state.warmup = self._warm(lambda b: self._decode_once(state, b))
+            return state
+        return self._paused_gc(work)
+
+    def _measure(self, ref: PointRef, state: _PointState, round_index: int,
+                 reseed: bool) -> Observation:
+        """One booked pass of the point and its retained observation (the point's next
+        sample). reseed: compute its prompts again first (rounds: other points ran since)."""
+        repeat = len(state.seconds)
+
+        def work():
+            if ref.phase == PHASE_PREFILL:
+                if reseed:
+                    self._prefill_seed(state)
+                record, outputs = self._prefill_once(state, BOOKING_MEASURED)
+                return self._prefill_observation(ref.point_index, state, record, outputs,
+                                                 repeat, round_index)
+            assert isinstance(state.point, DecodePoint)
+            with self._acceptance(state.point):
+                if reseed:
+                    self._decode_seed(state)
+                record, steps = self._decode_once(state, BOOKING_MEASURED)
+            return self._decode_observation(ref.point_index, state, record, steps, repeat,
+                                            round_index)
+        observation = self._paused_gc(work)
+        state.seconds.append(observation.timing.seconds)
+        return observation
 
     # ---- the whole collection -----------------------------------------------------------
     def collect(self, mode: str, grid: Grid) -> CollectionResult:
@@ -304,31 +407,136 @@ class Collector:
         grid = grid.only(phases)
         check_grid_fits(grid, self.engine, self.decode_tokens)
         result = CollectionResult(mode=mode, grid=grid, repeats=self.repeats,
+                                  repeat_order=self.repeat_order,
+                                  order_seed=self.order_seed if self.rounds else None,
+                                  until_pinned=self.until_pinned,
                                   sampling=dict(GENERATION_SAMPLING), started_at=utc_now())
-        work = [(PHASE_PREFILL, i, p) for i, p in enumerate(grid.prefill)] + \
-               [(PHASE_DECODE, i, p) for i, p in enumerate(grid.decode)]
-        started = time.perf_counter()
+        self._result = result
+        points: dict[PointRef, PrefillPoint | DecodePoint] = {
+            PointRef(PHASE_PREFILL, i): p for i, p in enumerate(grid.prefill)}
+        points.update({PointRef(PHASE_DECODE, i): p for i, p in enumerate(grid.decode)})
+        self._started = time.perf_counter()
         self.observer = NativeObserver(self.engine.llm, timer_for(self.engine.device)).attach()
         try:
-            for done, (phase, index, point) in enumerate(work):
-                self.progress(done, len(work), f"{phase}[{index}] {_label(point)}")
-                run = self.prefill_point if phase == PHASE_PREFILL else self.decode_point
-                try:
-                    observations = self._point(run, index, point)
-                except (PointFailed, TimingMissing) as exc:
-                    result.skipped.append(SkippedPoint(phase, index, str(exc)))
-                else:
-                    getattr(result, phase).extend(observations)
-                    result.measured_seconds += sum(o.timing.seconds for o in observations)
-                result.elapsed_seconds = time.perf_counter() - started
-                result.timed_seconds = self.timed_seconds
-                self.on_point(result)
-            self.progress(len(work), len(work), "done")
+            if self.rounds:
+                self._collect_rounds(points)
+            else:
+                self._collect_back_to_back(points)
+            self.progress(self._done, self._total, "done")
         finally:
             self.observer.detach()
-            result.elapsed_seconds = time.perf_counter() - started
-            result.timed_seconds = self.timed_seconds
+            self._tick()
         return result
+
+    @property
+    def rounds(self) -> bool:
+        return self.repeat_order == REPEAT_ROUNDS
+
+    def _tick(self) -> None:
+        result = self._result
+        result.elapsed_seconds = time.perf_counter() - self._started
+        result.timed_seconds = self.timed_seconds
+
+    def _step(self, label: str) -> None:
+        self.progress(self._done, self._total, label)
+        self._done += 1
+
+    def _fail(self, ref: PointRef, exc: Exception, round_index: int | None = None) -> None:
+        """The point is skipped with the cause; what it measured before is dropped (a point
+        is either every one of its samples or none)."""
+        result = self._result
+        where = "" if round_index is None else f"round {round_index}: "
+        kept = [o for o in getattr(result, ref.phase) if o.point_index != ref.point_index]
+        dropped = len(getattr(result, ref.phase)) - len(kept)
+        if dropped:
+            result.measured_seconds = math.fsum(o.timing.seconds for phase in PHASES
+                                                for o in (kept if phase == ref.phase
+                                                          else getattr(result, phase)))
+        setattr(result, ref.phase, kept)
+        result.skipped.append(SkippedPoint(ref.phase, ref.point_index, f"{where}{exc}"))
+
+    def _keep(self, observation: Observation) -> None:
+        result = self._result
+        getattr(result, _phase_of(observation)).append(observation)
+        result.measured_seconds += observation.timing.seconds
+        self._tick()
+        self.on_point(result)
+
+    def _canary(self):
+        return measure_canary(self.engine.device)
+
+    def _collect_back_to_back(self, points: dict) -> None:
+        """Each point warmed up, then its repeats one after the other: one round, in grid
+        order, bracketed by the canary."""
+        self._total = len(points) * (1 + self.repeats)
+        order = tuple(sorted(points))
+        current = self._result.begin_round(0, order, self._canary())
+        for ref in order:
+            label = f"{ref.phase}[{ref.point_index}] {_label(points[ref])}"
+            self._step(f"warm-up {label}")
+            try:
+                state = self._prepare(ref, points[ref])
+                for repeat in range(self.repeats):
+                    self._step(f"repeat {repeat + 1}/{self.repeats} {label}")
+                    self._keep(self._measure(ref, state, 0, reseed=False))
+            except (PointFailed, TimingMissing) as exc:
+                self._fail(ref, exc)
+                self._tick()
+                self.on_point(self._result)
+        self._result.end_round(current, self._canary())
+
+    def _collect_rounds(self, points: dict) -> None:
+        """Every point warmed up (grid order), then rounds: each round measures its points
+        once in its seeded order, bracketed by the canary; a point takes part while
+        wire.rounds.needs_another_round says so (the fixed rounds, then until pinned)."""
+        fixed, until = self.repeats, self.until_pinned
+        self._total = len(points) * (1 + fixed)
+        states: dict[PointRef, _PointState] = {}
+        for ref in sorted(points):
+            self._step(f"warm-up {ref.phase}[{ref.point_index}] {_label(points[ref])}")
+            try:
+                states[ref] = self._prepare(ref, points[ref])
+            except (PointFailed, TimingMissing) as exc:
+                self._fail(ref, exc)
+        self._tick()
+        self.on_point(self._result)
+        index = 0
+        while True:
+            members = [ref for ref, state in states.items()
+                       if needs_another_round(state.seconds, fixed, until)]
+            if not members:
+                break
+            order = round_order(members, self.order_seed, index)
+            if index >= fixed:
+                self._total += len(order)
+            current = self._result.begin_round(index, order, self._canary())
+            for ref in order:
+                self._step(f"round {index + 1}{'' if until else f'/{fixed}'} "
+                           f"{ref.phase}[{ref.point_index}] {_label(points[ref])}")
+                try:
+                    self._keep(self._measure(ref, states[ref], index, reseed=True))
+                except (PointFailed, TimingMissing) as exc:
+                    self._fail(ref, exc, index)
+                    del states[ref]
+                    self._tick()
+                    self.on_point(self._result)
+            self._result.end_round(current, self._canary())
+            index += 1
+
+
+@dataclass
+class _PointState:
+    """A point's prepared prompts and its samples so far, across rounds."""
+    phase: str
+    point: PrefillPoint | DecodePoint
+    shared: list[int] = field(default_factory=list)      # prefill: the cached prefix
+    prompts: list[list[int]] = field(default_factory=list)  # decode: the seeded prompts
+    warmup: tuple[int, bool] = (0, False)
+    seconds: list[float] = field(default_factory=list)
+
+
+def _phase_of(observation) -> str:
+    return PHASE_PREFILL if isinstance(observation, PrefillObservation) else PHASE_DECODE
 
 
 def _accepted(record, snapshot, full_depth: int | None = None) -> tuple[int, ...]:

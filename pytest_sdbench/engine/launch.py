@@ -23,8 +23,9 @@ from typing import Any
 from ..host import EngineRegistration
 from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from ..wire.identity import ExecutionIdentity, KVCapacity
+from ..wire.model import CpuPlacement
 from ..wire.points import EngineLimits, engine_limits
-from . import compat
+from . import compat, placement
 from .facts import resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
 
@@ -196,6 +197,8 @@ class SdbenchEngine(EngineSurface):
     restarts: int = 0              # fresh engines started in place of failed ones
     saved_env: dict = field(default_factory=dict, repr=False)   # restored at shutdown
     dist_file: str | None = None   # vLLM's FileStore file (vllm_dist_*), removed at shutdown
+    cpu_placement: CpuPlacement | None = None   # the threads' CPUs, read after start-up
+    saved_affinity: tuple[int, ...] | None = field(default=None, repr=False)  # --cpus: undone
 
     def restart(self) -> None:
         """Start a fresh engine of the same spec in this object's place (the fixtures that
@@ -276,6 +279,8 @@ class SdbenchEngine(EngineSurface):
                 _remove(self.dist_file)
             if self.registration is not None:
                 self.registration.close()
+            if self.saved_affinity is not None:
+                placement.unpin(self.saved_affinity)
             compat.restore_environment(self.saved_env)
 
 
@@ -318,24 +323,29 @@ def start_local_engine(spec: EngineSpec) -> SdbenchEngine:
     # Before the start, so that a concurrent start sees it; one entry per engine, however
     # many ranks it has (rank 0's), or each rank would count its siblings as contention.
     registration = EngineRegistration() if _launched_as_rank_0() else None
+    # Pinned before the start, so that every thread the engine creates inherits the mask.
+    saved_affinity = placement.pin(spec.cpus) if spec.cpus else None
     try:
         # vLLM is imported late (the environment above must be set first) and here, not in
         # the frame that holds the LLM: its import keeps a traceback whose frames reach back
         # to the importer, and a frame kept alive keeps its locals (a shut-down engine).
         compat.llm_class()
-        return _started_engine(spec, saved_env, registration)
+        return _started_engine(spec, saved_env, registration, saved_affinity)
     except BaseException:
         try:
             compat.release_distributed()
         finally:
             if registration is not None:
                 registration.close()
+            if saved_affinity is not None:
+                placement.unpin(saved_affinity)
             compat.restore_environment(saved_env)
         raise
 
 
 def _started_engine(spec: EngineSpec, saved_env: dict,
-                    registration: EngineRegistration | None) -> SdbenchEngine:
+                    registration: EngineRegistration | None,
+                    saved_affinity: tuple[int, ...] | None = None) -> SdbenchEngine:
     device = compat.device_type()
     kwargs = compat.engine_kwargs(spec, device)
     started = time.perf_counter()
@@ -346,7 +356,9 @@ def _started_engine(spec: EngineSpec, saved_env: dict,
                            identity=resolve_identity(llm, spec),
                            kv_capacity=resolve_kv_capacity(llm), start_seconds=seconds,
                            registration=registration, saved_env=saved_env,
-                           dist_file=compat.distributed_store_file(llm))
+                           dist_file=compat.distributed_store_file(llm),
+                           cpu_placement=placement.read_placement(spec.cpus),
+                           saved_affinity=saved_affinity)
     try:
         if registration is not None:
             registration.record(dist_file=engine.dist_file)

@@ -34,6 +34,9 @@ class EngineSpec:
     # Tensor parallel: N rank processes, each running the engine in-process under vLLM's
     # external_launcher (engine/tp.py starts them); 1: the single-process executor.
     tensor_parallel_size: int = 1
+    # --sdbench-cpus: every thread of the engine's process pinned to these CPUs (None: the
+    # process's own mask, left alone); the placement read after start-up is recorded.
+    cpus: tuple[int, ...] | None = None
     target_revision: str | None = None  # given by the user (recorded with source 'user')
     draft_revision: str | None = None
     extra: dict = field(default_factory=dict, hash=False)  # further LLM(...) arguments

@@ -13,12 +13,12 @@ from typing import Final, Literal, TypedDict, get_args
 
 PACKAGE_NAME = "pytest-sdbench"
 ARTIFACT_KIND = "pytest-sdbench/spec-decode-profile"
-# Version 4 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative) and
-# 3 (one observation per point, no engine settings) are legacy formats that
-# artifact.legacy still reads.
-SCHEMA_VERSION = 4
+# Version 5 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative),
+# 3 (one observation per point, no engine settings) and 4 (repeats taken back to back, no
+# rounds, no host canary) are legacy formats that artifact.legacy still reads.
+SCHEMA_VERSION = 5
 LEGACY_SCHEMA_VERSIONS = {1: "v1-autoregressive", 2: "v2-phase-specific-speculative",
-                          3: "v3-single-sample"}
+                          3: "v3-single-sample", 4: "v4-back-to-back-repeats"}
 
 # Modes and phases.
 Mode = Literal["prefill", "decode", "agg"]
@@ -47,6 +47,41 @@ WarmupRule = Literal["until_stable", "single_pass"]   # single_pass: legacy (v1-
 WARMUP_UNTIL_STABLE, WARMUP_SINGLE_PASS = get_args(WarmupRule)
 WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE = 2, 8, 0.05
 DEFAULT_REPEATS = 1
+
+# Repeats. "rounds": each round measures every point once, in a fresh seeded order, so that
+# a point's samples are spread over the whole collection and their dispersion is the
+# host's true noise (repeats taken back to back share the host's speed of that moment and
+# understate it). "back_to_back": a point's repeats one after the other (the v4 policy),
+# kept as an explicit, recorded choice.
+RepeatOrder = Literal["rounds", "back_to_back"]
+REPEAT_ROUNDS, REPEAT_BACK_TO_BACK = get_args(RepeatOrder)
+REPEAT_ORDERS: tuple[str, ...] = get_args(RepeatOrder)
+DEFAULT_ORDER_SEED = 0
+# Why a point has the samples it has: a fixed number of rounds; until pinned: its median was
+# pinned, or it reached the cap of rounds unpinned; a collection that ended early (a partial
+# artifact) leaves its points not finished.
+StopRule = Literal["fixed_rounds", "pinned", "round_cap", "not_finished"]
+STOP_FIXED, STOP_PINNED, STOP_ROUND_CAP, STOP_NOT_FINISHED = get_args(StopRule)
+STOP_RULES: tuple[str, ...] = get_args(StopRule)
+# The median is pinned when the half width of its confidence interval, relative to it, is
+# at most the stated width. The interval is the normal one of a median of n samples:
+# z * sqrt(pi/2) * stdev / sqrt(n) (the median's standard error is sqrt(pi/2) ~ 1.2533
+# times the mean's for normal noise), z of the two-sided PINNED_CONFIDENCE.
+PINNED_CONFIDENCE, PINNED_Z = 0.95, 1.959963984540054
+MEDIAN_SE_FACTOR = 1.2533141373155001
+MIN_PINNED_ROUNDS = 3       # fewer samples do not estimate a spread
+DEFAULT_MAX_ROUNDS = 20
+# compare judges noise from the dispersion across rounds; fewer rounds cannot tell it.
+MIN_ROUNDS_FOR_NOISE = 3
+
+# The host-speed canary, measured before and after every round: a fixed pure-Python
+# workload (the host's speed for the Python side of a step), and on CUDA the host time to
+# launch CANARY_KERNELS tiny kernels (what a step's launches cost). Each value is the
+# median of CANARY_REPS runs.
+CANARY_LOOP_ITERATIONS, CANARY_KERNELS, CANARY_REPS = 20_000, 300, 5
+CANARY_WORKLOAD = (f"python: median of {CANARY_REPS} runs of a fixed {CANARY_LOOP_ITERATIONS}-"
+                   f"iteration pure-Python loop; launch (cuda): median of {CANARY_REPS} host "
+                   f"times to enqueue {CANARY_KERNELS} tiny kernels on the engine's device")
 
 # Booking of an iteration: warm-up runs are never retained.
 Booking = Literal["measured", "warmup", "unbooked"]

@@ -22,22 +22,26 @@ from .contract import (
     Mode,
     Phase,
     Policy,
+    RepeatOrder,
     SpecMethod,
     Status,
     StepTimeRule,
+    StopRule,
     TimeUnit,
     WarmupRule,
 )
 from .identity import ExecutionIdentity, KVCapacity
 from .points import DecodePoint, Grid, PrefillPoint
 from .records import Provenance, Snapshot, TimingSample
+from .rounds import CanarySpread, Round, UntilPinned, median_half_width
 
 
 @dataclass(frozen=True)
 class PrefillObservation:
-    """One retained step of a prefill point (one per repeat)."""
+    """One retained step of a prefill point (one per sample)."""
     point_index: int
-    repeat: int                   # 0 .. measurement_policy.repeats - 1
+    repeat: int                   # the point's sample: 0, 1, ... in the order taken
+    round: int                    # the round it was taken in (rounds[round])
     point: PrefillPoint
     native_iteration_id: int
     snapshot: Snapshot
@@ -52,9 +56,10 @@ class PrefillObservation:
 
 @dataclass(frozen=True)
 class DecodeObservation:
-    """The steady step of a decode point (one per repeat)."""
+    """The steady step of a decode point (one per sample)."""
     point_index: int
     repeat: int
+    round: int
     point: DecodePoint
     native_iteration_id: int
     step_index: int
@@ -80,7 +85,8 @@ class SkippedPoint:
 
 @dataclass(frozen=True)
 class PointSummary:
-    """The retained steps of one point, summarised: recomputable from its observations."""
+    """The retained steps of one point, summarised: recomputable from its observations (and,
+    for canary_spread, from the rounds they were taken in)."""
     phase: Phase
     point_index: int
     samples: int
@@ -89,15 +95,24 @@ class PointSummary:
     min_seconds: float
     max_seconds: float
     cv: float    # sample standard deviation / mean; 0 for a single sample
+    # The relative half width of the median's 95% CI (wire.rounds.median_half_width; null
+    # for one sample): under rounds, the dispersion of a point across the collection.
+    median_half_width: float | None
+    stop: StopRule                 # why the point has this many samples
+    canary_spread: float | None    # the host canary's relative range over its rounds
 
 
-def summarize(phase: Phase, point_index: int, seconds: Sequence[float]) -> PointSummary:
-    """The one definition of a point's summary, used by the builder and the validator."""
+def summarize(phase: Phase, point_index: int, seconds: Sequence[float], stop: StopRule,
+              canary_spread: float | None) -> PointSummary:
+    """The one definition of a point's summary, used by the builder and the validator;
+    `seconds` in the order the samples were taken."""
     mean = statistics.fmean(seconds)
     cv = statistics.stdev(seconds) / mean if len(seconds) > 1 and mean > 0 else 0.0
     return PointSummary(phase=phase, point_index=point_index, samples=len(seconds),
                         median_seconds=statistics.median(seconds), mean_seconds=mean,
-                        min_seconds=min(seconds), max_seconds=max(seconds), cv=cv)
+                        min_seconds=min(seconds), max_seconds=max(seconds), cv=cv,
+                        median_half_width=median_half_width(seconds), stop=stop,
+                        canary_spread=canary_spread)
 
 
 def utc_now() -> str:
@@ -147,11 +162,14 @@ class WarmupPolicy:
 
 @dataclass(frozen=True)
 class MeasurementPolicy:
-    """Which steps are retained, how many times each point is measured, how a step of a
-    multi-rank engine is timed."""
+    """Which steps are retained, how many times each point is measured and in what order,
+    how a step of a multi-rank engine is timed."""
     prefill: Policy | None
     decode: Policy | None
-    repeats: int
+    repeats: int                  # rounds: the fixed rounds; back_to_back: repeats a point
+    repeat_order: RepeatOrder
+    order_seed: int | None        # rounds: the seed of every round's order; else null
+    until_pinned: UntilPinned | None   # rounds only: more rounds for unpinned points
     warmup: WarmupPolicy
     step_time_rule: StepTimeRule
 
@@ -174,14 +192,34 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class ThreadPlacement:
+    """One thread of the engine's process and the CPUs it may run on."""
+    tid: int
+    name: str
+    allowed_cpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CpuPlacement:
+    """Where the engine's threads may run, read from the OS after the engine started (as
+    AISimulate's collector records its own, collector/fpm_forward/cpu_affinity.py)."""
+    requested_cpus: tuple[int, ...] | None   # --sdbench-cpus; null: the process's own mask
+    main_thread_allowed_cpus: tuple[int, ...]
+    threads: tuple[ThreadPlacement, ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class RunEnvironment:
-    """What ran beside the engine while it was measured (contention), as measured."""
+    """What ran beside the engine while it was measured (contention), as measured, and
+    where the engine's threads ran (null only in upgraded legacy artifacts)."""
     cpu_count: int
     other_cpu_cores: float        # mean cores used by other processes during the collection
     other_sdbench_engines: int    # other live sdbench engines on this host
     other_gpu_processes: int | None   # other processes on the engine's GPUs (None: no CUDA)
     contended: bool
     reason: str | None = None
+    cpu_placement: CpuPlacement | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +254,8 @@ class Artifact:
     prefill: tuple[PrefillObservation, ...]
     decode: tuple[DecodeObservation, ...]
     summaries: tuple[PointSummary, ...]
+    rounds: tuple[Round, ...]          # empty only in upgraded legacy artifacts
+    host_canary: CanarySpread | None   # every canary reading summarised (null: legacy)
     integrity: Integrity
     elapsed_seconds: float     # the collection's wall time
     timed_seconds: float | None  # every timed step: seeds, warm-ups, measured (None: legacy)

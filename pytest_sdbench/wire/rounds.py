@@ -1,0 +1,230 @@
+"""Rounds: how a point's samples are spread over a collection, and the rules that say when a
+point has enough of them. One home for each rule; the collector applies them while it
+measures, the validator recomputes them from what an artifact states, `compare` reads them.
+
+- Each round measures its points once, in the order ``round_order`` draws from the run's
+  seed and the round's index: prefill points first, then decode points (a measured batch
+  never mixes the two), each phase shuffled. The order is a pure function of (seed, round,
+  points), so a reader recomputes it and refuses a recorded order that differs.
+- Until pinned: after the fixed rounds, a point takes more rounds until the half width of
+  its median's confidence interval, relative to the median, is within the stated width
+  (``median_half_width``), or it reaches the cap of rounds.
+- The host canary is measured before and after every round; ``canary_spread`` summarises
+  its samples over the collection.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .contract import (
+    DEFAULT_ORDER_SEED,
+    DEFAULT_REPEATS,
+    MEDIAN_SE_FACTOR,
+    MIN_PINNED_ROUNDS,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PINNED_Z,
+    REPEAT_BACK_TO_BACK,
+    REPEAT_ORDERS,
+    REPEAT_ROUNDS,
+    STOP_FIXED,
+    STOP_NOT_FINISHED,
+    STOP_PINNED,
+    STOP_ROUND_CAP,
+    Phase,
+    RepeatOrder,
+    StopRule,
+)
+
+
+@dataclass(frozen=True, order=True)
+class PointRef:
+    """A point of the grid by phase and index (prefill sorts before decode)."""
+    phase: Phase
+    point_index: int
+
+
+@dataclass(frozen=True)
+class CanarySample:
+    """One reading of the host's speed (each value the median of CANARY_REPS runs)."""
+    python_seconds: float           # the fixed pure-Python loop
+    launch_seconds: float | None    # CUDA: host time to enqueue CANARY_KERNELS kernels; None on CPU
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round: the points it measured, in order, bracketed by two canary readings."""
+    index: int
+    order: tuple[PointRef, ...]
+    canary_before: CanarySample
+    canary_after: CanarySample | None   # null only in the last round of a partial artifact
+
+
+@dataclass(frozen=True)
+class UntilPinned:
+    """More rounds for a point until its median is pinned, up to a cap."""
+    max_half_width: float     # relative half width of the median's CI that pins it
+    confidence: float         # of that interval (contract.PINNED_CONFIDENCE)
+    max_rounds: int           # no point takes more rounds than this
+
+
+@dataclass(frozen=True)
+class RepeatPlan:
+    """How a collection repeats its points (not itself part of the artifact: its
+    measurement_policy records it). Checked on construction; errors name the field."""
+    repeats: int = DEFAULT_REPEATS      # rounds: the fixed rounds; back_to_back: per point
+    order: RepeatOrder = REPEAT_ROUNDS
+    seed: int = DEFAULT_ORDER_SEED
+    until_pinned: UntilPinned | None = None
+
+    def __post_init__(self):
+        if type(self.repeats) is not int or self.repeats < 1:
+            raise ValueError(f"repeats: must be an integer >= 1, got {self.repeats!r}")
+        if self.order not in REPEAT_ORDERS:
+            raise ValueError(f"repeat order: expected one of {REPEAT_ORDERS}, got "
+                             f"{self.order!r}")
+        until = self.until_pinned
+        if until is None:
+            return
+        if self.order == REPEAT_BACK_TO_BACK:
+            raise ValueError("until pinned: takes rounds (each round a fresh order); "
+                             "back-to-back repeats cannot be extended")
+        if not 0 < until.max_half_width < 1:
+            raise ValueError(f"until pinned: the median's relative half width must lie in "
+                             f"(0, 1), got {until.max_half_width}")
+        if until.max_rounds < max(self.repeats, MIN_PINNED_ROUNDS):
+            raise ValueError(f"max rounds: {until.max_rounds} is fewer than the "
+                             f"{max(self.repeats, MIN_PINNED_ROUNDS)} rounds a point takes "
+                             f"before it can be pinned")
+
+
+@dataclass(frozen=True)
+class CanarySpread:
+    """The host canary over a whole collection: every reading, summarised."""
+    workload: str
+    samples: int
+    python_median_seconds: float
+    python_spread: float               # (max - min) / median
+    python_cv: float
+    launch_median_seconds: float | None
+    launch_spread: float | None
+    launch_cv: float | None
+
+
+def _phase_rank(phase: str) -> int:
+    return (PHASE_PREFILL, PHASE_DECODE).index(phase)
+
+
+def round_order(refs: Iterable[PointRef], seed: int, round_index: int) -> tuple[PointRef, ...]:
+    """The order of round `round_index` over `refs`: prefill points, then decode points,
+    each phase shuffled by a generator seeded with (seed, round_index). Deterministic across
+    Python versions and machines (random.Random with a str seed hashes it with sha512)."""
+    rng = random.Random(f"sdbench-round:{seed}:{round_index}")
+    out: list[PointRef] = []
+    for phase in (PHASE_PREFILL, PHASE_DECODE):
+        mine = sorted(r for r in set(refs) if r.phase == phase)
+        rng.shuffle(mine)
+        out.extend(mine)
+    return tuple(out)
+
+
+def median_half_width(seconds: Sequence[float]) -> float | None:
+    """The half width of a 95% confidence interval of the median, relative to it:
+    PINNED_Z * MEDIAN_SE_FACTOR * stdev / sqrt(n) / median. None for fewer than 2 samples
+    (no spread to estimate) or a median of 0."""
+    if len(seconds) < 2:
+        return None
+    median = statistics.median(seconds)
+    if not median > 0:
+        return None
+    return PINNED_Z * MEDIAN_SE_FACTOR * statistics.stdev(seconds) / math.sqrt(len(seconds)) \
+        / median
+
+
+def is_pinned(seconds: Sequence[float], max_half_width: float) -> bool:
+    """At least MIN_PINNED_ROUNDS samples, and the median's relative half width within
+    max_half_width."""
+    width = median_half_width(seconds)
+    return len(seconds) >= MIN_PINNED_ROUNDS and width is not None and width <= max_half_width
+
+
+def needs_another_round(seconds: Sequence[float], fixed_rounds: int,
+                        until: UntilPinned | None) -> bool:
+    """Whether a point with these samples (in round order) takes part in the next round."""
+    if len(seconds) < fixed_rounds:
+        return True
+    if until is None or len(seconds) >= until.max_rounds:
+        return False
+    return not is_pinned(seconds, until.max_half_width)
+
+
+def final_stop(seconds: Sequence[float], until: UntilPinned) -> StopRule | None:
+    """Why an until-pinned point stopped after these samples: pinned, the cap, or None (it
+    would have taken another round)."""
+    if is_pinned(seconds, until.max_half_width):
+        return STOP_PINNED
+    if len(seconds) >= until.max_rounds:
+        return STOP_ROUND_CAP
+    return None
+
+
+def stop_rule(seconds: list[float], repeats: int, until: UntilPinned | None) -> StopRule:
+    """Why a point has these samples (taken in this order): the one rule, applied by the
+    builder and recomputed by the validator."""
+    if needs_another_round(seconds, repeats, until):
+        return STOP_NOT_FINISHED
+    if until is None:
+        return STOP_FIXED
+    stop = final_stop(seconds, until)
+    assert stop is not None   # no further round needed: pinned or at the cap
+    return stop
+
+
+def samples_by_point(observations) -> dict[int, list]:
+    """A phase's observations by point, each point's in the order its samples were taken."""
+    by_point: dict[int, list] = {}
+    for o in observations:
+        by_point.setdefault(o.point_index, []).append(o)
+    return {i: sorted(obs, key=lambda o: (o.round, o.repeat)) for i, obs in by_point.items()}
+
+
+def _spread(values: Sequence[float]) -> tuple[float, float, float]:
+    median = statistics.median(values)
+    spread = (max(values) - min(values)) / median if median > 0 else 0.0
+    mean = statistics.fmean(values)
+    cv = statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
+    return median, spread, cv
+
+
+def canary_spread(workload: str, samples: Sequence[CanarySample]) -> CanarySpread | None:
+    """Every canary reading of a collection, summarised (None: no reading)."""
+    if not samples:
+        return None
+    py = _spread([s.python_seconds for s in samples])
+    launches = [s.launch_seconds for s in samples if s.launch_seconds is not None]
+    launch = _spread(launches) if launches else (None, None, None)
+    return CanarySpread(workload=workload, samples=len(samples), python_median_seconds=py[0],
+                        python_spread=py[1], python_cv=py[2], launch_median_seconds=launch[0],
+                        launch_spread=launch[1], launch_cv=launch[2])
+
+
+def canary_readings(rounds: Sequence[Round]) -> list[CanarySample]:
+    """The canary readings of a collection in time order: before and after each round."""
+    return [s for r in rounds for s in (r.canary_before, r.canary_after) if s is not None]
+
+
+def point_canary_spread(rounds: Sequence[Round], round_indices: Iterable[int]) -> float | None:
+    """The relative range (max - min) / median of the python canary over the rounds a
+    point's samples were taken in (both readings of each): how much the host's speed moved
+    under that point. None without a reading."""
+    by_index = {r.index: r for r in rounds}
+    values = [s.python_seconds for i in sorted(set(round_indices)) if i in by_index
+              for s in (by_index[i].canary_before, by_index[i].canary_after) if s is not None]
+    if not values:
+        return None
+    return _spread(values)[1]
