@@ -14,17 +14,28 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from pytest_sdbench.wire.contract import CANARY_WORKLOAD
 from pytest_sdbench.wire.model import summarize
-from pytest_sdbench.wire.typed import digest
+from pytest_sdbench.wire.rounds import (
+    CanarySample,
+    PointRef,
+    canary_spread,
+    point_canary_spread,
+    round_order,
+    stop_rule,
+)
+from pytest_sdbench.wire.typed import decode, digest
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = ROOT / "docs" / "evidence" / "h200"
-# Real artifacts: the CPU v4 fixture; a v4 H200 production profile (the smallest of K=3:
-# graphs, synthetic acceptance, 5 repeats, engine settings); and the committed H200 agg
-# artifacts (schema v3, read as legacy; their forgeries stay v3-shaped, digests recomputed
-# on the document as written).
+# Real artifacts: the CPU v5 fixture (rounds); the CPU v4 fixture and a v4 H200 production
+# profile (the smallest of K=3: graphs, synthetic acceptance, 5 back-to-back repeats, engine
+# settings), read as legacy v4; and the committed H200 agg artifacts (schema v3, read as
+# legacy). Legacy forgeries stay in their version's shape, digests recomputed on the
+# document as written.
 BASES = {
+    "cpu-v5": FIXTURES / "cpu-agg-v5.json",
     "cpu-v4": FIXTURES / "cpu-agg-v4.json",
     "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json",
     "h200-graph-v3": H200 / "artifacts-graph" / "sdbench-agg-150af679fb5a.json",
@@ -71,16 +82,77 @@ def retime(data: dict) -> None:
             data["created_at"] = earliest.isoformat(timespec="microseconds")
 
 
+V5_SUMMARY_FIELDS = ("median_half_width", "stop", "canary_spread")
+
+
+def current(data: dict) -> bool:
+    """A schema v5 document (rounds, canary); older ones stay in their own shape."""
+    return data.get("schema_version") == 5
+
+
+def _rounds(data: dict) -> list:
+    from pytest_sdbench.wire.rounds import Round
+    return [decode(Round, r) for r in data.get("rounds", [])]
+
+
 def resummarize(data: dict) -> None:
     if "summaries" not in data:
         return
     out = []
+    policy = data["measurement_policy"]
+    until = policy.get("until_pinned")
+    if until is not None:
+        from pytest_sdbench.wire.rounds import UntilPinned
+        until = UntilPinned(**until)
+    rounds = _rounds(data) if current(data) else []
     for phase in PHASES:
-        by_point: dict[int, list[float]] = {}
+        by_point: dict[int, list[dict]] = {}
         for obs in data[phase]:
-            by_point.setdefault(obs["point_index"], []).append(obs["timing"]["seconds"])
-        out += [asdict(summarize(phase, i, t)) for i, t in sorted(by_point.items())]
+            by_point.setdefault(obs["point_index"], []).append(obs)
+        for i, obs in sorted(by_point.items()):
+            obs.sort(key=lambda o: (o.get("round", 0), o.get("repeat", 0)))
+            t = [o["timing"]["seconds"] for o in obs]
+            summary = asdict(summarize(phase, i, t, stop_rule(t, policy["repeats"], until),
+                                       point_canary_spread(rounds, [o.get("round", 0)
+                                                                    for o in obs])))
+            if not current(data):
+                for name in V5_SUMMARY_FIELDS:
+                    summary.pop(name)
+            out.append(summary)
     data["summaries"] = out
+
+
+def recanary(data: dict) -> None:
+    """The host canary's summary recomputed from the rounds' readings."""
+    if not current(data):
+        return
+    readings = [CanarySample(**s) for r in data["rounds"]
+                for s in (r["canary_before"], r["canary_after"]) if s is not None]
+    spread = canary_spread(CANARY_WORKLOAD, readings)
+    data["host_canary"] = None if spread is None else asdict(spread)
+
+
+def reorder(data: dict) -> None:
+    """Rounds (v5): each round's order redrawn from the seed over the points it lists and
+    those with a sample in it, and the native iteration IDs renumbered to run along the
+    recorded order, as a forger who knows the rule would."""
+    if not current(data) or data["measurement_policy"]["repeat_order"] != "rounds":
+        return
+    seed = data["measurement_policy"]["order_seed"]
+    taken: dict[tuple[int, PointRef], list[dict]] = {}
+    for phase in PHASES:
+        for obs in data[phase]:
+            taken.setdefault((obs["round"], PointRef(phase, obs["point_index"])), []).append(obs)
+    next_id = 1
+    for r in data["rounds"]:
+        refs = {PointRef(x["phase"], x["point_index"]) for x in r["order"]} | \
+            {ref for (index, ref) in taken if index == r["index"]}
+        order = round_order(refs, seed, r["index"])
+        r["order"] = [{"phase": ref.phase, "point_index": ref.point_index} for ref in order]
+        for ref in order:
+            for obs in taken.get((r["index"], ref), []):
+                next_id += 7   # unbooked and warm-up steps run between measured ones
+                set_native_id(obs, next_id)
 
 
 def recount(data: dict) -> None:
@@ -88,14 +160,18 @@ def recount(data: dict) -> None:
     completed = sum(len({o["point_index"] for o in data[p]}) for p in PHASES)
     skipped = data["coverage"]["skipped_points"]
     data["coverage"].update(expected=expected, completed=completed, skipped=len(skipped))
-    data["status"] = ("complete" if completed == expected else
+    finished = all(s.get("stop") != "not_finished" for s in data.get("summaries") or [])
+    data["status"] = ("complete" if completed == expected and finished else
                       "partial" if completed else "failed")
 
 
 def cohere(data: dict) -> dict:
-    """Everything derived made to fit again: sums, summaries, coverage, digests."""
+    """Everything derived made to fit again: round orders and IDs, sums, summaries, the
+    canary, coverage, digests."""
+    reorder(data)
     retime(data)
     resummarize(data)
+    recanary(data)
     recount(data)
     return reseal(data)
 
@@ -147,21 +223,31 @@ def scale_times(data: dict, factor: float) -> None:
 
 
 def repeat_points(data: dict, factors: tuple[float, ...]) -> dict:
-    """Every point measured len(factors)+1 times: repeat r's time is the original time
-    scaled by factors[r-1] (repeat 0 keeps it), each repeat a native iteration of its own;
-    the policy's repeats and the summaries follow (sums and digests: cohere)."""
+    """Every point measured len(factors)+1 times: sample r's time is its first sample's time
+    scaled by factors[r-1] (sample 0 keeps it), each a native iteration of its own. In a v5
+    document the samples are rounds: the document is cut to its first round, and each
+    further sample is a round of its own (its order drawn from the seed, the canary
+    readings those of the first round); else they are back-to-back repeats. The policy's
+    repeats and everything derived follow (cohere)."""
+    rounds = data["rounds"] if current(data) else []
+    if rounds:
+        del rounds[1:]
+        for phase in PHASES:
+            data[phase] = [o for o in data[phase] if o["round"] == 0]
+    first = {(phase, o["point_index"]): o for phase in PHASES for o in data[phase]
+             if o["repeat"] == 0}
     next_id = 1 + max_native_id(data)
-    for phase in PHASES:
-        extra = []
-        for obs in data[phase]:
-            for r, factor in enumerate(factors, start=1):
-                twin = copy.deepcopy(obs)
-                twin["repeat"] = r
-                set_native_id(twin, next_id)
-                twin["timing"]["seconds"] = obs["timing"]["seconds"] * factor
-                next_id += 1
-                extra.append(twin)
-        data[phase] += extra
+    for r, factor in enumerate(factors, start=1):
+        if rounds:
+            rounds.append(dict(copy.deepcopy(rounds[0]), index=r))
+        for (phase, _), obs in first.items():
+            twin = copy.deepcopy(obs)
+            twin["repeat"] = r
+            if rounds:
+                twin["round"] = r
+            set_native_id(twin, next_id)
+            twin["timing"]["seconds"] = obs["timing"]["seconds"] * factor
+            next_id += 1
+            data[phase].append(twin)
     data["measurement_policy"]["repeats"] = len(factors) + 1
-    resummarize(data)
-    return data
+    return cohere(data)

@@ -72,7 +72,8 @@ def test_an_interval_starts_at_host_entry_or_when_the_busy_stream_frees():
 
 
 def _summaries(phase, times_by_point):
-    return [summarize(phase, i, times) for i, times in enumerate(times_by_point)]
+    return [summarize(phase, i, times, "fixed_rounds", None)
+            for i, times in enumerate(times_by_point)]
 
 
 def test_two_collections_compare_by_point_median_and_the_consumer_policy():

@@ -164,3 +164,44 @@ def test_a_grid_the_engine_cannot_run_exactly_is_refused_naming_the_field(sdbenc
     text = str(excinfo.value)
     assert f"decode[0].draft_depth: the engine verifies K={spec.draft_depth}" in text
     assert f"decode[1].batch_size: {sdbench_engine.max_num_seqs + 1} exceeds max_num_seqs" in text
+
+
+def test_rounds_spread_a_points_samples_over_the_collection(sdbench_collect, small_grid):
+    """Three rounds: each point's samples are taken in three different rounds, with other
+    points' samples between them, each round in the order its seed draws (a fresh order);
+    the canary brackets every round."""
+    from pytest_sdbench.wire.rounds import PointRef, round_order
+    run = sdbench_collect("agg", small_grid, repeats=3)
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE, a.coverage.skipped_points
+    assert a.measurement_policy.repeat_order == "rounds"
+    assert [r.index for r in a.rounds] == [0, 1, 2]
+    refs = {PointRef(p, i) for p in ("prefill", "decode") for i in range(2)}
+    for r in a.rounds:
+        assert set(r.order) == refs
+        assert r.order == round_order(refs, a.measurement_policy.order_seed, r.index)
+        assert r.canary_before.python_seconds > 0 and r.canary_after.python_seconds > 0
+    assert len({r.order for r in a.rounds}) > 1   # not one order for every round
+    taken = sorted((o.native_iteration_id, PointRef(p, o.point_index), o.round)
+                   for p in ("prefill", "decode") for o in getattr(a, p))
+    for ref in refs:
+        mine = [i for i, (_, r, _) in enumerate(taken) if r == ref]
+        assert [taken[i][2] for i in mine] == [0, 1, 2]
+        assert all(b - a > 1 for a, b in zip(mine, mine[1:], strict=False)), \
+            f"{ref}'s samples were taken back to back"
+    assert {s.samples for s in a.summaries} == {3}
+    assert all(s.stop == "fixed_rounds" and s.canary_spread is not None for s in a.summaries)
+    assert a.host_canary.samples == 6
+    assert observation_violations(a) == []
+
+
+def test_back_to_back_repeats_stay_an_explicit_policy(sdbench_collect, small_grid):
+    from pytest_sdbench.wire.rounds import RepeatPlan
+    run = sdbench_collect("prefill", small_grid, repeats=RepeatPlan(2, "back_to_back"))
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE
+    assert a.measurement_policy.repeat_order == "back_to_back"
+    assert a.measurement_policy.order_seed is None
+    (only,) = a.rounds
+    ids = [(o.point_index, o.native_iteration_id) for o in a.prefill]
+    assert [i for i, _ in sorted(ids, key=lambda x: x[1])] == [0, 0, 1, 1]   # repeats together

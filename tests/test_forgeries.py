@@ -8,9 +8,9 @@ that the validator refuses it, that the message naming the broken rule is there,
 every message it prints is one the forgery explains: a forgery that trips an unrelated
 rule is not coherent, and fails the test too.
 
-Bases (tests/forge.py): the CPU v4 fixture, a v4 H200 production profile, and the committed
-H200 agg artifacts (graphs and eager; schema v3, read as legacy, so their forgeries stay
-v3-shaped)."""
+Bases (tests/forge.py): the CPU v5 fixture (rounds), the CPU v4 fixture and a v4 H200
+production profile (read as legacy v4), and the committed H200 agg artifacts (graphs and
+eager; schema v3, read as legacy); a legacy base's forgeries stay in its version's shape."""
 
 from __future__ import annotations
 
@@ -43,10 +43,18 @@ from pytest_sdbench.wire.contract import (
 )
 
 from . import forge
-from .forge import BASES, cohere, load, max_native_id, observations, reseal, set_native_id
+from .forge import (
+    BASES,
+    cohere,
+    load,
+    max_native_id,
+    observations,
+    reseal,
+    set_native_id,
+)
 
 CLASSES = ("relabel", "shape", "timing", "grid", "kv_groups", "identity_header", "legacy",
-           "header", "repeats")
+           "header", "repeats", "rounds")
 Draw = Callable
 
 
@@ -75,7 +83,13 @@ def forgery(cls: str, expect: str, must: str | None = None, applies=lambda d: Tr
 # ---- predicates over a base ------------------------------------------------------------
 
 def v4(d):
-    return d["schema_version"] == 4
+    """Schema v4 or later: the rules v4 introduced (settings, environment, repeats, ranks)."""
+    return d["schema_version"] >= 4
+
+
+def v5(d):
+    """Schema v5: rounds, their orders and the host canary."""
+    return d["schema_version"] >= 5
 
 
 def cpu(d):
@@ -141,6 +155,10 @@ def relabel(d, keep: str) -> None:
         obs["provenance"]["timer"] = TIMER_FOR_SOURCE[SOURCE_FOR_DEVICE[to]]
     if d.get("environment"):
         d["environment"]["other_gpu_processes"] = 0 if to == "cuda" else None
+    for r in d.get("rounds", []):   # the canary's kernel launch reading is CUDA's alone
+        for reading in (r["canary_before"], r["canary_after"]):
+            if reading is not None:
+                reading["launch_seconds"] = 3e-3 if to == "cuda" else None
     if keep != "device_name":
         ident["device_name"]["value"] = NAME[to]
         for _, obs in observations(d):
@@ -246,11 +264,12 @@ def request_listed_twice(d, draw):
 
 
 @forgery("shape", r"^((prefill|decode)\[\d+\]\.native_iteration_id: must be >= 1 \(vLLM numbers "
-         r"steps from 1\), got -?\d+|.*\.snapshot\.corrections\[\d+\]: .*)$",
+         r"steps from 1\), got -?\d+|.*\.snapshot\.corrections\[\d+\]: .*|rounds\[\d+\]\.order: "
+         r".* has native_iteration_id -?\d+, not after .*)$",
          must=r"\.native_iteration_id: must be >= 1")
 def native_id_not_positive(d, draw):
-    set_native_id(pick_obs(draw, d), -draw(st.integers(0, 10**6)))
     cohere(d)
+    set_native_id(pick_obs(draw, d), -draw(st.integers(0, 10**6)))
 
 
 @forgery("shape", r"^(prefill|decode)\[\d+\]\.snapshot\.queue\.running: \d+, yet the step "
@@ -688,7 +707,7 @@ def v2_label_with_negative_run_acceptance_samples(d, draw):
     pick(draw, d["decode"])["run_acceptance_samples"] = -draw(st.integers(1, 100))
 
 
-@forgery("legacy", r"^schema_version: expected an integer 1\.\.4, got (bool True|bool False|"
+@forgery("legacy", r"^schema_version: expected an integer 1\.\.5, got (bool True|bool False|"
          r"float [\d.]+|str '\d')$")
 def version_not_an_integer(d, draw):
     d["schema_version"] = pick(draw, [True, False, 1.0, 3.0, "3"])
@@ -723,25 +742,38 @@ def skipped_without_a_reason(d, draw):
 
 # ---- also: repeats, summaries, warm-up, environment, ranks (schema v4) --------------------
 
-@forgery("repeats", r"^(prefill|decode): point \d+ has \d+ observations \(.*\), "
-         r"measurement_policy\.repeats is \d+$", applies=v4)
+FEWER_SAMPLES = (r"^(summaries\[\d+\]\.stop: 'fixed_rounds', yet its \d+ samples under the "
+                 r"policy's rule give 'not_finished'|status: 'complete' while .* still ask for "
+                 r"samples .*|rounds: \d+ rounds in a complete artifact, fewer than "
+                 r"measurement_policy\.repeats \d+)$")
+
+
+@forgery("repeats", FEWER_SAMPLES, must=r"^summaries\[\d+\]\.stop: ", applies=v4)
 def repeats_more_than_observed(d, draw):
     d["measurement_policy"]["repeats"] += draw(st.integers(1, 5))
 
 
-@forgery("repeats", r"^measurement_policy\.repeats: must be >= 1, got -?\d+$", applies=v4)
+@forgery("repeats", r"^(measurement_policy\.repeats: must be >= 1, got -?\d+|(prefill|decode): "
+         r"point \d+: \d+ samples, yet its rule stopped it after \d+ .*|rounds: \d+ rounds, more "
+         r"than measurement_policy\.repeats -?\d+ .*|rounds\[\d+\]\.order: lists .*, whose \d+ "
+         r"samples before it need no further round)$",
+         must=r"^measurement_policy\.repeats: must be >= 1", applies=v4)
 def repeats_zero(d, draw):
     d["measurement_policy"]["repeats"] = -draw(st.integers(0, 3))
 
 
-@forgery("repeats", r"^((prefill|decode): point \d+ has \d+ observations .*|(prefill|decode)"
-         r"\[\d+\]\.repeat: \d+ is outside 0\.\.measurement_policy\.repeats-1 = 0\.\.\d+)$",
-         applies=v4)
+@forgery("repeats", r"^(prefill|decode): point \d+: (\d+ samples, yet its rule stopped it after "
+         r"\d+ .*|measured more than once in a round .*|its samples, in the order of their "
+         r"rounds, are numbered .*)$",
+         must=r"samples, yet its rule stopped it after", applies=v4)
 def an_extra_repeat(d, draw):
-    """One repeat more than the policy's: the next repeat index, of a point's copy."""
+    """One sample more than the policy's: the next sample of a point, in a round it was
+    already measured in (the IDs made to run along the order, as a forger would)."""
     phase = pick(draw, grid_phases(d))
-    twin = copy.deepcopy(pick(draw, d[phase]))
-    twin["repeat"] = d["measurement_policy"]["repeats"]
+    obs = pick(draw, d[phase])
+    twin = copy.deepcopy(obs)
+    twin["repeat"] = max(o["repeat"] for o in d[phase]
+                         if o["point_index"] == obs["point_index"]) + 1
     set_native_id(twin, max_native_id(d) + 1)
     d[phase].append(twin)
     cohere(d)
@@ -792,7 +824,7 @@ def warmup_policy_altered(d, draw):
     warmup[name] = value
 
 
-@forgery("repeats", r"^environment: null; required in schema_version 4", applies=v4)
+@forgery("repeats", r"^environment: null; required since schema_version 4", applies=v4)
 def environment_removed(d, draw):
     d["environment"] = None
 
@@ -803,6 +835,8 @@ def contended_without_a_reason(d, draw):
     env = d["environment"]
     env["contended"], env["reason"] = pick(draw, [(True, None), (True, " "),
                                                   (False, "other engines")])
+    if not env["contended"]:   # nothing else says contended
+        env.update(other_cpu_cores=0.0, other_sdbench_engines=0)
 
 
 @forgery("repeats", r"^environment\.contended: false, yet other_cpu_cores", applies=v4)
@@ -857,10 +891,158 @@ def two_ranks_time_not_the_slowest(d, draw):
     two_ranks(d, slowest=False)
 
 
-@forgery("repeats", r"^(timed_seconds|started_at): null; required in schema_version 4",
+@forgery("repeats", r"^(timed_seconds|started_at): null; required since schema_version 4",
          applies=v4)
 def v4_totals_removed(d, draw):
     d[pick(draw, ["timed_seconds", "started_at"])] = None
+
+
+# ---- rounds: orders, IDs, canaries, round counts (schema v5) --------------------------------
+
+def shuffled_round(d, draw) -> dict:
+    """A round whose order has two points of one phase to swap."""
+    pool = [r for r in d["rounds"] if any(
+        sum(x["phase"] == phase for x in r["order"]) >= 2 for phase in forge.PHASES)]
+    return pick(draw, pool)
+
+
+def rounds_with(d, n: int):
+    return v5(d) and len(d["rounds"]) >= n
+
+
+@forgery("rounds", r"^rounds\[\d+\]\.order: not the order that order_seed \d+ draws for round "
+         r"\d+: position \d+ holds .*$", applies=v5)
+def order_swapped(d, draw):
+    """Two points of a phase swapped in a round's order, the IDs renumbered to run along the
+    forged order: only the seed's draw tells."""
+    r = shuffled_round(d, draw)
+    phase = pick(draw, [p for p in forge.PHASES
+                        if sum(x["phase"] == p for x in r["order"]) >= 2])
+    slots = [i for i, x in enumerate(r["order"]) if x["phase"] == phase]
+    i, j = draw(st.sampled_from([(a, b) for a in slots for b in slots if a < b]))
+    r["order"][i], r["order"][j] = r["order"][j], r["order"][i]
+    taken = {(o["round"], p, o["point_index"]): o for p, o in observations(d)}
+    next_id = 1
+    for rr in d["rounds"]:
+        for x in rr["order"]:
+            obs = taken.get((rr["index"], x["phase"], x["point_index"]))
+            if obs is not None:
+                next_id += 7
+                set_native_id(obs, next_id)
+    reseal(d)
+
+
+@forgery("rounds", r"^rounds\[\d+\]\.order: not the order that order_seed \d+ draws", applies=v5)
+def seed_changed(d, draw):
+    d["measurement_policy"]["order_seed"] += draw(st.integers(1, 1000))
+
+
+@forgery("rounds", r"^rounds\[\d+\]\.order: (prefill|decode)\[\d+\] in round \d+ has "
+         r"native_iteration_id \d+, not after .*; the observations were not taken in the "
+         r"recorded order$", applies=v5)
+def ids_out_of_order(d, draw):
+    """Two samples of one round swap their native iteration IDs: the order recorded is not
+    the order taken."""
+    r = pick(draw, d["rounds"])
+    mine = [o for _, o in observations(d) if o["round"] == r["index"]]
+    a, b = draw(st.sampled_from([(x, y) for x in mine for y in mine
+                                 if x["native_iteration_id"] < y["native_iteration_id"]]))
+    ida, idb = a["native_iteration_id"], b["native_iteration_id"]
+    set_native_id(a, idb)
+    set_native_id(b, ida)
+
+
+@forgery("rounds", r"^(host_canary\.\w+: [-+.e\d]+ != [-+.e\d]+, recomputed from the rounds' "
+         r"canary readings|summaries\[\d+\]\.canary_spread: [-+.e\d]+ != [-+.e\d]+, "
+         r"recomputed .*)$", must=r"^host_canary\.", applies=v5)
+def canary_reading_altered(d, draw):
+    """A canary reading changed, the summaries of the collection left as they were."""
+    r = pick(draw, d["rounds"])
+    reading = r[pick(draw, ["canary_before", "canary_after"])]
+    reading["python_seconds"] *= pick(draw, [0.5, 2.0, draw(st.floats(1.5, 50.0))])
+
+
+@forgery("rounds", r"^rounds\[\d+\]\.canary_(before|after)\.(python|launch)_seconds: [-+.e\dinf]+ "
+         r"is outside \(0, 10\.0\] s$", applies=v5)
+def canary_beyond_its_bounds(d, draw):
+    """A reading no canary gives (every summary made to fit it)."""
+    r = pick(draw, d["rounds"])
+    r[pick(draw, ["canary_before", "canary_after"])]["python_seconds"] = pick(
+        draw, [0.0, -1e-3, 11.0, 1e6])
+    cohere(d)
+
+
+@forgery("rounds", r"^rounds\[\d+\]\.canary_(before|after)\.launch_seconds: [-+.e\d]+ on a "
+         r"'cpu' run", applies=lambda d: v5(d) and cpu(d))
+def launch_reading_on_cpu(d, draw):
+    r = pick(draw, d["rounds"])
+    r[pick(draw, ["canary_before", "canary_after"])]["launch_seconds"] = draw(
+        st.floats(1e-4, 0.1))
+    cohere(d)
+
+
+@forgery("rounds", r"^rounds\[\d+\]\.canary_after: null; every finished round is bracketed by "
+         r"two readings$", applies=v5)
+def round_left_open(d, draw):
+    pick(draw, d["rounds"])["canary_after"] = None
+    cohere(d)
+
+
+@forgery("rounds", FEWER_SAMPLES, must=r"^(status: 'complete' while|rounds: \d+ rounds in a "
+         r"complete)", applies=lambda d: rounds_with(d, 2))
+def last_round_dropped(d, draw):
+    """A collection shortened by a round (its samples removed) but still called complete."""
+    last = d["rounds"].pop()["index"]
+    for phase in forge.PHASES:
+        d[phase] = [o for o in d[phase] if o["round"] != last]
+    cohere(d)
+    d["status"] = "complete"
+
+
+@forgery("rounds", r"^((prefill|decode): point \d+: (\d+ samples, yet its rule stopped it after "
+         r"\d+ .*|has a sample in round \d+, which does not list it)|rounds: \d+ rounds, more "
+         r"than measurement_policy\.repeats \d+ .*|rounds\[\d+\]\.order: lists .*)$",
+         must=r"^rounds: \d+ rounds, more than measurement_policy\.repeats", applies=v5)
+def a_round_more_than_the_policy(d, draw):
+    """One more round of every point (a copy of the last), the policy's repeats unchanged."""
+    last = d["rounds"][-1]
+    index = len(d["rounds"])
+    d["rounds"].append(dict(copy.deepcopy(last), index=index))
+    for phase in forge.PHASES:
+        for obs in [o for o in d[phase] if o["round"] == last["index"]]:
+            twin = copy.deepcopy(obs)
+            twin.update(round=index, repeat=obs["repeat"] + 1)
+            d[phase].append(twin)
+    cohere(d)
+
+
+@forgery("rounds", r"^((prefill|decode): point \d+[: ].*|rounds\[\d+\]\.order: .*|"
+         r"summaries\[\d+\]\.canary_spread: .*)$",
+         must=r"^(prefill|decode): point \d+ (has a sample in round \d+, which does not list it|"
+         r"has no sample in round \d+, which lists it)", applies=lambda d: rounds_with(d, 2))
+def sample_moved_to_another_round(d, draw):
+    """A sample said to be of another round than the one that listed it."""
+    obs = pick_obs(draw, d)
+    obs["round"] = pick(draw, [r["index"] for r in d["rounds"] if r["index"] != obs["round"]])
+    forge.resummarize(d)
+    forge.recanary(d)
+    reseal(d)
+
+
+@forgery("rounds", r"^summaries\[\d+\]\.stop: '\w+', yet its \d+ samples under the policy's rule "
+         r"give '\w+'$", applies=v5)
+def stop_altered(d, draw):
+    summary = pick(draw, d["summaries"])
+    summary["stop"] = pick(draw, [s for s in ("pinned", "round_cap", "not_finished")
+                                  if s != summary["stop"]])
+
+
+@forgery("rounds", r"^rounds: \d+ entries under back_to_back repeats; a back-to-back collection "
+         r"is one pass over the grid|^measurement_policy: order_seed .* under back_to_back",
+         must=r"under back_to_back", applies=lambda d: rounds_with(d, 2))
+def rounds_relabelled_back_to_back(d, draw):
+    d["measurement_policy"]["repeat_order"] = "back_to_back"
+    d["measurement_policy"]["order_seed"] = None
 
 
 # ---- the test --------------------------------------------------------------------------------
@@ -889,8 +1071,9 @@ def test_a_coherent_forgery_is_refused_by_its_rule(base, forgery_, data):
 @pytest.mark.parametrize("base", list(BASES))
 def test_every_class_has_a_forgery_on_every_base(base):
     covered = {f.cls for f in FORGERIES if f.applies(forge._LOADED[base])}
-    legacy_only = {"repeats"} if base.endswith("v3") else set()
-    assert covered == set(CLASSES) - legacy_only
+    version = int(base.rsplit("v", 1)[1])
+    missing = ({"repeats"} if version < 4 else set()) | ({"rounds"} if version < 5 else set())
+    assert covered == set(CLASSES) - missing
 
 
 @pytest.mark.parametrize("base", list(BASES))
@@ -912,14 +1095,14 @@ def test_real_gpu_names_are_accepted_on_a_cuda_run(base, name):
                                   "AuthenticAMD"])
 def test_cpu_names_are_accepted_on_a_cpu_run(name):
     """A GPU prefix counts as a whole word: Windows' "AMD64 ..." processor is no GPU."""
-    d = load("cpu-v4")
+    d = load("cpu-v5")
     rename_device(d, name)
     report = validate_data(d)
     assert report.ok, report.errors
 
 
 def test_contention_is_flagged_not_refused():
-    d = load("cpu-v4")
+    d = load("cpu-v5")
     d["environment"].update(other_cpu_cores=1.7, contended=True,
                             reason="other processes used 1.70 CPU cores on average")
     report = validate_data(d)
@@ -1004,16 +1187,16 @@ def _write_hostile(tmp_path, kind: str):
     if kind == "deep-arrays":
         path.write_text("[" * 200_000 + "]" * 200_000)
     elif kind == "deep-in-an-artifact":
-        d = load("cpu-v4")
+        d = load("cpu-v5")
         text = json.dumps(d)
         path.write_text(text[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     elif kind == "deep-objects":
         path.write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
     elif kind == "duplicate-key":
-        text = json.dumps(load("cpu-v4"))
+        text = json.dumps(load("cpu-v5"))
         path.write_text(text[:-1] + ', "run_id": "another"}')
     elif kind == "duplicate-nested-key":
-        text = json.dumps(load("cpu-v4")).replace('"phase": "decode",',
+        text = json.dumps(load("cpu-v5")).replace('"phase": "decode",',
                                                   '"phase": "decode", "phase": "prefill",', 1)
         path.write_text(text)
     elif kind == "oversized":
@@ -1069,7 +1252,7 @@ def test_hostile_json_from_the_command_line_prints_no_traceback(tmp_path):
 
 
 def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
-    d = load("cpu-v4")
+    d = load("cpu-v5")
     extra = MAX_REPORTED_VIOLATIONS + 7
     d.update({f"forged_{i}": i for i in range(extra)})
     path = tmp_path / "many.json"
@@ -1082,7 +1265,7 @@ def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
 
 
 def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
-    d = load("cpu-v4")
+    d = load("cpu-v5")
     d["forged\nVALID everything"] = 1
     path = tmp_path / "newline.json"
     path.write_text(json.dumps(d))
@@ -1094,7 +1277,7 @@ def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
 
 def test_measured_sum_tolerance_is_relative():
     """A sum that differs by float rounding only (order of addition) is accepted."""
-    d = load("cpu-v4")
+    d = load("cpu-v5")
     d["measured_seconds"] = math.fsum(o["timing"]["seconds"] for _, o in observations(d)) * \
         (1 + 1e-12)
     assert validate_data(d).ok

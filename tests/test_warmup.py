@@ -1,13 +1,11 @@
-"""The warm-up rule (collector.settled) and the passes it drives (Collector._passes), on a
-fake run_once that returns steps of given times: pure logic, no engine."""
+"""The warm-up rule (collector.settled) and the passes it drives (Collector._warm), on a
+fake run_once that returns steps of given times: pure logic, no engine. (How rounds follow
+the warm-up runs on the real engine: tests/test_collection.py.)"""
 
 from types import SimpleNamespace as NS
 
-import pytest
-
 from pytest_sdbench.collector.collect import Collector, settled
 from pytest_sdbench.wire.contract import (
-    BOOKING_MEASURED,
     BOOKING_WARMUP,
     WARMUP_MAX_PASSES,
     WARMUP_MIN_PASSES,
@@ -32,10 +30,10 @@ class FakeRuns:
         return NS(timing=NS(seconds=seconds)), f"outputs of run {len(self.bookings)}"
 
 
-def _passes(warmup_seconds: list[float], repeats: int = 1):
+def _warm(warmup_seconds: list[float]):
     runs = FakeRuns(warmup_seconds)
-    passes, warmup = Collector(engine=None, repeats=repeats)._passes(runs)
-    return runs, passes, warmup
+    warmup = Collector(engine=None)._warm(runs)
+    return runs, warmup
 
 
 def test_settled_needs_the_minimum_passes():
@@ -55,36 +53,25 @@ def test_settled_compares_the_last_pass_with_the_one_before_within_the_tolerance
 
 def test_a_series_that_settles_stops_warming_up_at_the_pass_that_settles():
     assert WARMUP_MIN_PASSES <= 3 <= WARMUP_MAX_PASSES   # the series below needs it
-    runs, passes, warmup = _passes([10.0, 5.0, 5.0 * (1 + WARMUP_TOLERANCE / 2), 7.0, 7.0])
+    runs, warmup = _warm([10.0, 5.0, 5.0 * (1 + WARMUP_TOLERANCE / 2), 7.0, 7.0])
     assert warmup == (3, True)
     assert runs.warmup_seconds == [7.0, 7.0]   # the passes after settling never ran
-    assert runs.bookings == [BOOKING_WARMUP] * 3 + [BOOKING_MEASURED]
-    assert [record.timing.seconds for record, _ in passes] == [FakeRuns.MEASURED_SECONDS]
+    assert runs.bookings == [BOOKING_WARMUP] * 3
 
 
 def test_a_steady_series_settles_after_the_minimum_passes():
-    _, _, warmup = _passes([5.0] * WARMUP_MAX_PASSES)
+    _, warmup = _warm([5.0] * WARMUP_MAX_PASSES)
     assert warmup == (WARMUP_MIN_PASSES, True)
 
 
 def test_a_series_that_never_settles_stops_at_the_cap_unsettled():
     alternating = [10.0 if i % 2 else 5.0 for i in range(WARMUP_MAX_PASSES + 4)]
-    runs, passes, warmup = _passes(alternating, repeats=2)
+    runs, warmup = _warm(alternating)
     assert warmup == (WARMUP_MAX_PASSES, False)
-    assert runs.bookings == [BOOKING_WARMUP] * WARMUP_MAX_PASSES + [BOOKING_MEASURED] * 2
-    assert len(passes) == 2
+    assert runs.bookings == [BOOKING_WARMUP] * WARMUP_MAX_PASSES
 
 
 def test_a_series_that_settles_at_the_last_pass_allowed_is_settled():
     wide = [10.0 if i % 2 else 5.0 for i in range(WARMUP_MAX_PASSES - 1)]
-    _, _, warmup = _passes([*wide, wide[-1]])
+    _, warmup = _warm([*wide, wide[-1]])
     assert warmup == (WARMUP_MAX_PASSES, True)
-
-
-@pytest.mark.parametrize("repeats", [1, 3])
-def test_the_booked_repeats_follow_the_warm_up_each_with_its_run(repeats):
-    runs, passes, _ = _passes([5.0] * WARMUP_MAX_PASSES, repeats=repeats)
-    assert len(passes) == repeats
-    measured = [i + 1 for i, b in enumerate(runs.bookings) if b == BOOKING_MEASURED]
-    assert [outputs for _, outputs in passes] == [f"outputs of run {n}" for n in measured]
-    assert runs.bookings[-repeats:] == [BOOKING_MEASURED] * repeats

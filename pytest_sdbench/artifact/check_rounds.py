@@ -182,7 +182,7 @@ def _check_membership(a: Artifact, err: Err) -> None:
                 if (ref in listed) != wanted:
                     err(f"rounds[{r}].order: {'lists' if ref in listed else 'leaves out'} "
                         f"{phase}[{index}], whose {len(before)} samples before it "
-                        f"{'ask for' if wanted else 'ask for no'} another round")
+                        f"{'need another round' if wanted else 'need no further round'}")
                     break
                 if ref in listed and r not in taken:
                     last = r == len(members) - 1 and a.status != STATUS_COMPLETE

@@ -205,8 +205,8 @@ def _check_header(a: Artifact, err: Err, legacy) -> None:
             f"got {a.created_at!r}")
     if a.started_at is None:
         if not _older_than(legacy, 4):
-            err(f"started_at: null; required in schema_version {SCHEMA_VERSION} (null only in "
-                "upgraded legacy artifacts)")
+            err("started_at: null; required since schema_version 4 (null only in artifacts "
+                "upgraded from schema_version 3 or older)")
     elif parse_utc(a.started_at) is None:
         err(f"started_at: must be an ISO 8601 UTC timestamp, got {a.started_at!r}")
     p, ident = a.producer, a.identity
@@ -510,8 +510,8 @@ def _check_environment(a: Artifact, err: Err, flags: list[str], legacy) -> None:
     env = a.environment
     if env is None:
         if not _older_than(legacy, 4):
-            err(f"environment: null; required in schema_version {SCHEMA_VERSION} (null only in "
-                "upgraded legacy artifacts)")
+            err("environment: null; required since schema_version 4 (null only in artifacts "
+                "upgraded from schema_version 3 or older)")
         return
     if env.cpu_count < 1:
         err(f"environment.cpu_count: must be >= 1, got {env.cpu_count}")
@@ -830,8 +830,8 @@ def _check_times(a: Artifact, err: Err, legacy) -> None:
     timed = a.timed_seconds
     if timed is None:
         if not _older_than(legacy, 4):
-            err(f"timed_seconds: null; required in schema_version {SCHEMA_VERSION} (null only "
-                "in upgraded legacy artifacts)")
+            err("timed_seconds: null; required since schema_version 4 (null only in artifacts "
+                "upgraded from schema_version 3 or older)")
         if a.measured_seconds > a.elapsed_seconds:
             err(f"measured_seconds: {a.measured_seconds} exceeds elapsed_seconds "
                 f"{a.elapsed_seconds}; steps are timed within the collection")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 17's evidence on a CUDA host (after `bash /root/wheelhouse/install.sh`): one
+# independent collection (a process and an engine start of its own) of the K=3 production
+# grid (docs/evidence/h200/repeatability/grid-k3.json, 94 points), as vLLM serves the preset,
+# in 5 rounds. Run it twice per preset (names a and b); the second run also writes the
+# report of the pair (scripts/repeatability-report.py).
+#   bash scripts/gpu-repeatability.sh qwen3-0.6b a [extra sdbench collect args]
+# Artifacts stay in /root/runs/repeatability/PRESET-NAME for the lease; the log, the artifact
+# and the report are copied to $OUT (default ./gpu-out).
+set -uo pipefail
+preset=${1:?preset}; name=${2:?run name}; shift 2
+runs=/root/runs/repeatability; out=${OUT:-gpu-out}
+mkdir -p "$runs/$preset-$name" "$out"
+export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+args=(collect --mode agg --preset "$preset" --vllm-defaults --k 3 --repeats 5
+      --acceptance-length 2.78 --engine-arg max_num_seqs=64 --engine-arg max_model_len=8448
+      --grid docs/evidence/h200/repeatability/grid-k3.json --out "$runs/$preset-$name" "$@")
+log=$out/collect-$preset-$name.log
+start=$(date +%s)
+{ echo "\$ python3 -m pytest_sdbench.cli ${args[*]}"
+  nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader
+  python3 -m pytest_sdbench.cli "${args[@]}" 2>&1; echo "collect exit $?"; } > "$log"
+echo "$preset $name: $(( $(date +%s) - start )) s wall, engine start included" | tee -a "$log"
+grep -E "^sdbench: engine started|^wrote|^collect exit|Error|error" "$log" | tail -5
+cp "$runs/$preset-$name"/sdbench-agg-*.json "$out/" 2>/dev/null
+if ls "$runs/$preset-a"/sdbench-agg-*.json "$runs/$preset-b"/sdbench-agg-*.json >/dev/null 2>&1; then
+  python3 scripts/repeatability-report.py "$runs/$preset-a"/sdbench-agg-*.json \
+    "$runs/$preset-b"/sdbench-agg-*.json 2>&1 | tee "$out/report-$preset.txt"
+fi
