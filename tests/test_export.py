@@ -254,7 +254,9 @@ def test_mixed_graph_modes_export_one_mode_at_a_time(capsys, tmp_path, json_tabl
 def test_synthetic_prefix_is_refused(capsys, tmp_path, cpu_artifact_data):
     data = cpu_artifact_data
     obs = next(o for o in data["prefill"] if o["point"]["cached_prefix_tokens"] > 0)
-    obs.update(kv_seed_regime="synthetic_prefix", cache_hit_tokens=[])
+    for sample in data["prefill"]:   # every sample of the point (the export takes its median)
+        if sample["point_index"] == obs["point_index"]:
+            sample.update(kv_seed_regime="synthetic_prefix", cache_hit_tokens=[])
     code, out = export(capsys, [reseal(data, tmp_path)], tmp_path / "out", "--envelope-only")
     assert code == 1
     assert f"prefill[{obs['point_index']}].kv_seed_regime: 'synthetic_prefix'" in out
