@@ -26,10 +26,10 @@ from .collector import CollectionResult, Collector
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE
 from .engine.launch import describe_failure
+from .engine.placement import CpuListError, check_cpus
 from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text
 from .host import HostMonitor
-from .engine.placement import CpuListError, check_cpus
 from .options import repeat_plan, spelled
 from .points import Grid, GridError, default_grid, derived_grid, load_grid
 from .points.sweep import shared_grid
@@ -41,7 +41,9 @@ from .wire.contract import (
     PHASE_DECODE,
     PHASES,
     PHASES_BY_MODE,
+    REPEAT_BACK_TO_BACK,
     REVISION_PATTERN,
+    STOP_PINNED,
 )
 from .wire.model import SkippedPoint, utc_now
 from .wire.rounds import RepeatPlan
@@ -573,8 +575,23 @@ def describe(run: CollectionRun) -> str:
     contended = f", contended: {a.environment.reason}" if a.environment is not None and \
         a.environment.contended else ""
     return (f"{run.path} (mode {a.mode}, {a.coverage.completed}/{a.coverage.expected} points, "
-            f"status {a.status}, device {a.device}, timing {_source(a)}, "
+            f"status {a.status}, device {a.device}, timing {_source(a)}, {_repeats(a)}, "
             f"collection {a.elapsed_seconds:.1f} s{contended})")
+
+
+def _repeats(a: Artifact) -> str:
+    """How the points were repeated, and how much the host's speed moved meanwhile."""
+    policy = a.measurement_policy
+    if policy.repeat_order == REPEAT_BACK_TO_BACK:
+        text = f"{policy.repeats} back-to-back repeat(s)"
+    else:
+        text = f"{len(a.rounds)} round(s)"
+        if policy.until_pinned is not None:
+            pinned = sum(s.stop == STOP_PINNED for s in a.summaries)
+            text += f", {pinned}/{len(a.summaries)} points pinned"
+    if a.host_canary is not None:
+        text += f", host canary spread {100 * a.host_canary.python_spread:.1f}%"
+    return text
 
 
 def _source(a: Artifact) -> str:
