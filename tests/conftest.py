@@ -20,5 +20,6 @@ def _artifacts_in_a_tmp_dir(pytestconfig, tmp_path_factory):
 
 @pytest.fixture
 def cpu_artifact_data():
-    """A real artifact (schema v5, 3 rounds), written by a CPU collection of the tiny preset (vLLM 0.32)."""
+    """A real artifact (schema v5, 3 rounds), written by a CPU collection of the tiny preset
+    (vLLM 0.32)."""
     return json.loads((FIXTURES / "cpu-agg-v5.json").read_text())

@@ -2,6 +2,7 @@
 and the join failing closed when a timing sample is dropped or shifted."""
 
 import copy
+import itertools
 
 import pytest
 
@@ -180,14 +181,15 @@ def test_rounds_spread_a_points_samples_over_the_collection(sdbench_collect, sma
     for r in a.rounds:
         assert set(r.order) == refs
         assert r.order == round_order(refs, a.measurement_policy.order_seed, r.index)
-        assert r.canary_before.python_seconds > 0 and r.canary_after.python_seconds > 0
+        assert r.canary_before.python_seconds > 0
+        assert r.canary_after.python_seconds > 0
     assert len({r.order for r in a.rounds}) > 1   # not one order for every round
     taken = sorted((o.native_iteration_id, PointRef(p, o.point_index), o.round)
                    for p in ("prefill", "decode") for o in getattr(a, p))
     for ref in refs:
         mine = [i for i, (_, r, _) in enumerate(taken) if r == ref]
         assert [taken[i][2] for i in mine] == [0, 1, 2]
-        assert all(b - a > 1 for a, b in zip(mine, mine[1:], strict=False)), \
+        assert all(b - a > 1 for a, b in itertools.pairwise(mine)), \
             f"{ref}'s samples were taken back to back"
     assert {s.samples for s in a.summaries} == {3}
     assert all(s.stop == "fixed_rounds" and s.canary_spread is not None for s in a.summaries)
@@ -202,6 +204,6 @@ def test_back_to_back_repeats_stay_an_explicit_policy(sdbench_collect, small_gri
     assert a.status == STATUS_COMPLETE
     assert a.measurement_policy.repeat_order == "back_to_back"
     assert a.measurement_policy.order_seed is None
-    (only,) = a.rounds
+    (_only,) = a.rounds
     ids = [(o.point_index, o.native_iteration_id) for o in a.prefill]
     assert [i for i, _ in sorted(ids, key=lambda x: x[1])] == [0, 0, 1, 1]   # repeats together

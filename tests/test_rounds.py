@@ -67,7 +67,8 @@ def test_the_medians_half_width_is_the_stated_normal_rule():
     assert median_half_width(seconds) == pytest.approx(want)
     assert median_half_width([1.0]) is None
     assert median_half_width([1.0, 1.0]) == 0.0
-    assert PINNED_CONFIDENCE == 0.95 and PINNED_Z == pytest.approx(1.95996, abs=1e-5)
+    assert PINNED_CONFIDENCE == 0.95
+    assert PINNED_Z == pytest.approx(1.95996, abs=1e-5)
 
 
 def test_a_point_takes_its_fixed_rounds_then_stops_without_until_pinned():
@@ -101,7 +102,8 @@ def test_the_canary_spread_summarises_every_reading():
     readings = canary_readings(rounds)
     assert [r.python_seconds for r in readings] == [1.0, 1.2, 0.8]   # the open round's one
     spread = canary_spread(CANARY_WORKLOAD, readings)
-    assert spread.samples == 3 and spread.python_median_seconds == 1.0
+    assert spread.samples == 3
+    assert spread.python_median_seconds == 1.0
     assert spread.python_spread == pytest.approx(0.4)
     assert spread.launch_median_seconds is None
     assert canary_spread(CANARY_WORKLOAD, []) is None
@@ -109,7 +111,7 @@ def test_the_canary_spread_summarises_every_reading():
     assert point_canary_spread(rounds, []) is None
 
 
-@pytest.mark.parametrize(("values", "message"), [
+@pytest.mark.parametrize("values, message", [
     ({"repeats": 3, "repeat_order": REPEAT_BACK_TO_BACK, "until_pinned": 0.02},
      "--sdbench-until-pinned: takes rounds"),
     ({"repeats": 5, "until_pinned": 0.02, "max_rounds": 4},
