@@ -14,17 +14,22 @@ agreement <= 5%), and the widest points. Both artifacts must be valid.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.compare import coordinates
-from pytest_sdbench.wire.contract import CONSUMER_MAX_CV, CONSUMER_MAX_DISAGREEMENT, CONSUMER_REPEATS
+from pytest_sdbench.wire.contract import (
+    CONSUMER_MAX_CV,
+    CONSUMER_MAX_DISAGREEMENT,
+    CONSUMER_REPEATS,
+)
 
 
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _line(label: str, values: list[float]) -> str:
@@ -37,7 +42,8 @@ def _line(label: str, values: list[float]) -> str:
 def _canary(name: str, a) -> str:
     c = a.host_canary
     policy = a.measurement_policy
-    head = (f"{name}: {a.run_id[:12]} {a.identity.target.model.value} K={a.speculative.draft_depth} "
+    head = (f"{name}: {a.run_id[:12]} {a.identity.target.model.value} "
+            f"K={a.speculative.draft_depth} "
             f"{policy.repeat_order} x{policy.repeats}, {len(a.rounds)} rounds, collection "
             f"{a.elapsed_seconds:.1f} s, {a.coverage.completed}/{a.coverage.expected} points, "
             f"status {a.status}")
@@ -69,7 +75,8 @@ def main(argv=None) -> int:
     print(_canary("B", b))
     sa = {(s.phase, s.point_index): s for s in a.summaries}
     sb = {(s.phase, s.point_index): s for s in b.summaries}
-    points = {(p, i): pt for p in ("prefill", "decode") for i, pt in enumerate(getattr(a.grid, p))}
+    points = {(p, i): pt for p in ("prefill", "decode")
+              for i, pt in enumerate(getattr(a.grid, p))}
     rows = []
     for key in sorted(sa.keys() & sb.keys()):
         x, y = sa[key], sb[key]
@@ -79,12 +86,18 @@ def main(argv=None) -> int:
     print(_line("agreement |medB/medA-1|, all", agree))
     for phase in ("prefill", "decode"):
         print(_line(f"  {phase}", [r[3] for r in rows if r[0][0] == phase]))
-    slow = [r[3] for r in rows if min(r[1].median_seconds, r[2].median_seconds) * 1e3 >= args.min_ms]
+    slow = [r[3] for r in rows
+            if min(r[1].median_seconds, r[2].median_seconds) * 1e3 >= args.min_ms]
     print(_line(f"  points whose median step >= {args.min_ms:g} ms", slow))
     for name, run in (("A", 1), ("B", 2)):
         print(_line(f"CV across rounds, {name}", [r[run].cv for r in rows]))
         widths = [r[run].median_half_width for r in rows if r[run].median_half_width is not None]
         print(_line(f"median's 95% CI half width, {name}", widths))
+    covered = [r for r in rows if r[1].median_half_width is not None and
+               r[2].median_half_width is not None and
+               r[3] <= math.hypot(r[1].median_half_width, r[2].median_half_width)]
+    print(f"disagreement within the two medians' combined 95% CI half width "
+          f"(sqrt(hA^2 + hB^2)): {len(covered)}/{len(rows)} points")
     passing = [r for r in rows if all(s.samples >= CONSUMER_REPEATS and s.cv <= CONSUMER_MAX_CV
                                       for s in (r[1], r[2])) and r[3] <= CONSUMER_MAX_DISAGREEMENT]
     print(f"consumer policy (>= {CONSUMER_REPEATS} samples and CV <= {CONSUMER_MAX_CV:.0%} in "
