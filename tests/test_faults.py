@@ -38,7 +38,8 @@ def _grid(tmp_path, batches=(1, 2, 3), context=64) -> str:
 
 def _checkpoint_pair(tmp_path):
     """A target + draft directory pair whose target names an architecture vLLM lacks (the
-    check asks vLLM's registry, so these cases need vLLM installed)."""
+    check asks vLLM's registry, so these cases need vLLM installed). Configs only: the
+    cases load them with dummy weights (a folder without weights is refused first)."""
     from pytest_sdbench.engine import materialize
     target, draft = materialize("tiny", tmp_path / "models")
     config = json.loads((target / "config.json").read_text())
@@ -66,7 +67,8 @@ def _pytest_cases(tmp_path):
                                "--sdbench-cuda-graphs: CUDA graphs are captured on a CUDA "
                                "device; this machine has none"),
         **({"unsupported architecture": ([f"--sdbench-model={target}",
-                                          f"--sdbench-draft={draft}"],
+                                          f"--sdbench-draft={draft}",
+                                          "--sdbench-engine-arg=load_format=dummy"],
                                          "--sdbench-model: architecture 'FooBarForCausalLM' "
                                          "in ")} if HAVE_VLLM else {}),
         "artifact dir is a file": ([f"--sdbench-artifact-dir={tmp_path / 'a-file'}"],
@@ -111,7 +113,7 @@ def _cli_cases(tmp_path):
                                "sdbench collect: --cuda-graphs: CUDA graphs are captured on a "
                                "CUDA device; this machine has none"),
         **({"unsupported architecture": (["--model", str(target), "--draft", str(draft),
-                                          "--out", out],
+                                          "--engine-arg", "load_format=dummy", "--out", out],
                                          "sdbench collect: --model: architecture "
                                          "'FooBarForCausalLM'")} if HAVE_VLLM else {}),
         "model without draft": (["--model", str(target), "--out", out],
