@@ -144,10 +144,12 @@ def write_draft(root: Path, preset_name: str = "tiny", draft_vocab: int | None =
         return cache_snapshot(root, repo or DRAFT_REPO.format(preset=preset_name), folder)
 
 
-def write_pair(root: Path, preset_name: str = "tiny") -> tuple[Snapshot, Snapshot]:
-    """A target and its EAGLE3 draft (draft vocabulary DRAFT_VOCAB[preset]) under root."""
+def write_pair(root: Path, preset_name: str = "tiny",
+               draft_vocab: int | None = None) -> tuple[Snapshot, Snapshot]:
+    """A target and its EAGLE3 draft (draft vocabulary DRAFT_VOCAB[preset] unless given;
+    the target's own size writes no mapping) under root."""
     root.mkdir(parents=True, exist_ok=True)
-    return write_target(root, preset_name), write_draft(root, preset_name)
+    return write_target(root, preset_name), write_draft(root, preset_name, draft_vocab)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,8 +157,11 @@ def main(argv: list[str] | None = None) -> None:
                                      "in a Hugging Face cache layout; print both snapshots")
     parser.add_argument("--preset", default="tiny", choices=sorted(DRAFT_VOCAB))
     parser.add_argument("--root", required=True, type=Path)
+    parser.add_argument("--draft-vocab", type=int, help="the draft's vocabulary (default: "
+                        f"{DRAFT_VOCAB}; the target's size: the same shapes as the preset's "
+                        "dummy-weight draft, no mapping)")
     args = parser.parse_args(argv)
-    target, draft = write_pair(args.root, args.preset)
+    target, draft = write_pair(args.root, args.preset, args.draft_vocab)
     print(json.dumps({"target": str(target.path), "target_commit": target.commit,
                       "draft": str(draft.path), "draft_commit": draft.commit}))
 

@@ -71,6 +71,9 @@ def _pytest_cases(tmp_path):
                                           "--sdbench-engine-arg=load_format=dummy"],
                                          "--sdbench-model: architecture 'FooBarForCausalLM' "
                                          "in ")} if HAVE_VLLM else {}),
+        "checkpoint without weights": ([f"--sdbench-model={target}", f"--sdbench-draft={draft}"],
+                                       f"--sdbench-model: {str(target)!r} holds no weights "
+                                       "(*.safetensors, *.bin or *.pt) for load_format 'auto'"),
         "artifact dir is a file": ([f"--sdbench-artifact-dir={tmp_path / 'a-file'}"],
                                    f"--sdbench-artifact-dir: {tmp_path / 'a-file'} is not a "
                                    "directory"),
@@ -116,6 +119,12 @@ def _cli_cases(tmp_path):
                                           "--engine-arg", "load_format=dummy", "--out", out],
                                          "sdbench collect: --model: architecture "
                                          "'FooBarForCausalLM'")} if HAVE_VLLM else {}),
+        "checkpoint without weights": (["--model", str(target), "--draft", str(draft),
+                                        "--out", out],
+                                       f"sdbench collect: --model: {str(target)!r} holds no "
+                                       "weights (*.safetensors, *.bin or *.pt) for load_format "
+                                       "'auto'; give the checkpoint folder with its weights, or "
+                                       "--engine-arg load_format=dummy for random ones"),
         "model without draft": (["--model", str(target), "--out", out],
                                 "sdbench collect: --model and --draft go together"),
         "K sweep with decode points": (["--grid", _grid(tmp_path), "--k", "1,3", "--out", out],

@@ -174,6 +174,49 @@ def test_a_dummy_load_needs_no_weights(tmp_path, real_checkpoints, monkeypatch):
     check_inputs({**values, "engine_config": {"load_format": "DUMMY"}}, cli=True)
 
 
+def test_what_a_folder_says_about_itself(tmp_path):
+    """engine/checkpoint.py on constructed folders: the cache commit at any depth below a
+    snapshot, a misnamed snapshot only right under a cache repository's snapshots/, the
+    weight files each load format reads, headers that are not safetensors."""
+    from pytest_sdbench.engine import checkpoint
+    commit = "ab" * 20
+    sub = tmp_path / "models--org--name" / "snapshots" / commit / "draft"
+    sub.mkdir(parents=True)
+    assert checkpoint.snapshot_commit(sub) == checkpoint.snapshot_commit(sub.parent) == commit
+    assert checkpoint.snapshot_commit(tmp_path) is None
+    assert checkpoint.misnamed_snapshot(sub.parent) is None
+    assert checkpoint.misnamed_snapshot(sub) is None
+    main_ = tmp_path / "models--org--name" / "snapshots" / "main"
+    main_.mkdir()
+    assert checkpoint.misnamed_snapshot(main_) == "main"
+    (tmp_path / "mine" / "snapshots" / "v1").mkdir(parents=True)   # not a cache repository
+    assert checkpoint.misnamed_snapshot(tmp_path / "mine" / "snapshots" / "v1") is None
+    (sub / "pytorch_model.bin").write_bytes(b"")
+    (sub / "extra.pt").write_bytes(b"")
+    assert checkpoint.weight_files(sub, "auto") == [sub / "pytorch_model.bin"]
+    assert checkpoint.weight_files(sub, "safetensors") == []
+    assert checkpoint.weight_files(sub, "pt") == [sub / "extra.pt"]
+    assert checkpoint.weight_files(sub, "dummy") is None
+    assert checkpoint.weight_files(sub, "gguf") is None
+    bad = sub / "model.safetensors"
+    for content in (b"", b"\x01", (2 ** 40).to_bytes(8, "little") + b"{}",
+                    (2).to_bytes(8, "little") + b"[]"):
+        bad.write_bytes(content)
+        with pytest.raises(ValueError, match=str(bad)):
+            checkpoint.safetensors_shapes([bad])
+    assert checkpoint.weight_files(sub, "auto") == [bad]   # safetensors first, as vLLM's
+
+
+def test_an_unreadable_draft_header_is_refused_naming_the_file(tmp_path, real_checkpoints):
+    target, draft = real_checkpoints
+    broken = _copy(draft.path, tmp_path / "broken-draft", weights=False)
+    (broken / "model.safetensors").write_bytes(b"\x00" * 4)
+    with pytest.raises(InputError) as refused:
+        check_inputs({"model": str(target.path), "draft": str(broken)}, cli=True)
+    assert str(refused.value) == (f"--draft: {broken}/model.safetensors: not a safetensors "
+                                  "file (header length -1)")
+
+
 # ---- the pytest options on real checkpoints, through vLLM's loader -------------------------
 
 REAL_CHECKPOINT_TEST = """
