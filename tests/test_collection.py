@@ -207,3 +207,29 @@ def test_back_to_back_repeats_stay_an_explicit_policy(sdbench_collect, small_gri
     (_only,) = a.rounds
     ids = [(o.point_index, o.native_iteration_id) for o in a.prefill]
     assert [i for i, _ in sorted(ids, key=lambda x: x[1])] == [0, 0, 1, 1]   # repeats together
+
+
+def test_until_pinned_takes_rounds_where_the_noise_is(sdbench_collect, small_grid):
+    """Until pinned: after the fixed rounds a point takes more rounds until its median's CI
+    is within the width or it reaches the cap; each point says why it stopped, and only the
+    unpinned points are in the later rounds (the validator recomputes both)."""
+    from pytest_sdbench.wire.contract import PINNED_CONFIDENCE
+    from pytest_sdbench.wire.rounds import RepeatPlan, UntilPinned, is_pinned
+    plan = RepeatPlan(2, until_pinned=UntilPinned(0.05, PINNED_CONFIDENCE, 5))
+    run = sdbench_collect("agg", small_grid, repeats=plan)
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE, a.coverage.skipped_points
+    assert validate_data(typed.encode(a)).ok
+    assert 3 <= len(a.rounds) <= 5
+    for s in a.summaries:
+        seconds = sorted((o.round, o.timing.seconds) for o in getattr(a, s.phase)
+                         if o.point_index == s.point_index)
+        times = [t for _, t in seconds]
+        assert s.stop in ("pinned", "round_cap")
+        assert (s.stop == "pinned") == is_pinned(times, 0.05)
+        assert s.samples == len(times) >= 3
+        if s.stop == "round_cap":
+            assert s.samples == 5
+    later = [set(r.order) for r in a.rounds[3:]]
+    pinned_at_3 = {(s.phase, s.point_index) for s in a.summaries if s.samples == 3}
+    assert not any((ref.phase, ref.point_index) in pinned_at_3 for rs in later for ref in rs)
