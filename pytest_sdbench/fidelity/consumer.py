@@ -19,9 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.presets import config_texts
-from ..export import ExportOptions, KnownConfig, Refused, UnusableInput, export_artifact
-from ..export.aisimulate import CONSUMER_ENVIRONMENT
+from ..export.aisimulate import CONSUMER_ENVIRONMENT, MANIFEST_FILE, export_name
 from ..wire.contract import ACCEPTANCE_SYNTHETIC, GRAPH_MODES, PHASE_DECODE, PHASE_PREFILL
 from ..wire.model import Artifact
 from .records import ServingRun, StepRecord
@@ -76,29 +74,35 @@ def graph_modes(artifact: Artifact, chosen: Mapping[str, str]) -> dict[str, str]
     return modes
 
 
-def export_profile(profile_path: Path, artifact: Artifact, out: Path, system: str,
-                   chosen_modes: Mapping[str, str]):
-    """The consumer's export of the profile (export.export_artifact); ConsumerNotRun with
-    the exporter's reasons when it refuses (a CPU profile always is)."""
-    facts: dict[str, object] = {}
+def export_profile(python: str, profile_path: Path, artifact: Artifact, out: Path,
+                   system: str, chosen_modes: Mapping[str, str]) -> tuple[Path, dict]:
+    """`sdbench export --to aisimulate` of the profile (this package's CLI, run by the
+    consumer's Python, which has the parquet writer); the export folder and its manifest.
+    ConsumerNotRun with the exporter's reasons when it refuses (a CPU profile always is)."""
+    command = [python, "-m", "pytest_sdbench.cli", "export", str(profile_path), "--to",
+               "aisimulate", "--out", str(out), "--system", system]
     for role in ("target", "draft"):
         if not getattr(artifact.identity, role).revision.resolved:
-            facts[f"{role}_revision"] = PLACEHOLDER_REVISION
-    synthetic = artifact.speculative.acceptance_control == ACCEPTANCE_SYNTHETIC
-    options = ExportOptions(
-        system=system, user_facts=facts,
-        acceptance_length=artifact.speculative.synthetic_acceptance_length if synthetic
-        else None,
-        graph_modes=graph_modes(artifact, chosen_modes),
-        known_configs={digest: KnownConfig(text, source)
-                       for digest, (text, source) in config_texts().items()})
-    try:
-        return export_artifact(profile_path, out, options)
-    except Refused as exc:
+            command += [f"--{role}-revision", PLACEHOLDER_REVISION]
+    al = artifact.speculative.synthetic_acceptance_length
+    if artifact.speculative.acceptance_control == ACCEPTANCE_SYNTHETIC and al is not None:
+        command += ["--acceptance-length", f"{al!r}"]
+    modes = graph_modes(artifact, chosen_modes)
+    command += [f"--graph-mode={phase}={mode}" for phase, mode in modes.items()]
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [package_root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    (out.parent / "export.log").write_text(" ".join(command) + "\n" + done.stdout + done.stderr)
+    if done.returncode != 0:
+        said = (done.stdout + done.stderr).strip().splitlines()
+        reasons = [line.strip().removeprefix("- ") for line in said
+                   if line.startswith("  - ")] or said[-1:]
         raise ConsumerNotRun("`sdbench export --to aisimulate` refuses the profile: "
-                             + "; ".join(exc.reasons)) from None
-    except UnusableInput as exc:
-        raise ConsumerNotRun(f"`sdbench export --to aisimulate`: {exc}") from None
+                             + "; ".join(reasons))
+    root = out / export_name(artifact.run_id, al if "--acceptance-length" in command else None,
+                             modes)
+    return root, json.loads((root / MANIFEST_FILE).read_text())
 
 
 def scheduled_requests(step: StepRecord) -> dict[str, int]:
@@ -144,8 +148,8 @@ def run_consumer(python: str, profile_path: Path, artifact: Artifact,
     """Export, then consumer_side.py in the consumer's Python; the folder keeps every input
     and output (export, request, traces, predict configs and reports)."""
     folder.mkdir(parents=True, exist_ok=True)
-    exported = export_profile(profile_path, artifact, folder / "export",
-                              system_of(artifact, system), chosen_modes or {})
+    export, manifest = export_profile(python, profile_path, artifact, folder / "export",
+                                      system_of(artifact, system), chosen_modes or {})
     limits = engine_limits(artifact)
     steps, predict_runs = [], []
     for i, run in enumerate(runs):
@@ -159,7 +163,7 @@ def run_consumer(python: str, profile_path: Path, artifact: Artifact,
             "concurrency": workload.concurrency if workload.arrival == ARRIVAL_CONCURRENCY
             else None,
             "engine": {**limits, "nextn_accepted": round(accepted_per_step(artifact, run), 6)}})
-    request = {"export": str(exported.root), "steps": steps, "runs": predict_runs,
+    request = {"export": str(export), "steps": steps, "runs": predict_runs,
                "environment": dict(CONSUMER_ENVIRONMENT), "predict_timeout_seconds": timeout}
     request_path, result_path = folder / "request.json", folder / "result.json"
     request_path.write_text(json.dumps(request) + "\n")
@@ -174,5 +178,4 @@ def run_consumer(python: str, profile_path: Path, artifact: Artifact,
     if done.returncode != 0 or not result_path.is_file():
         tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise ConsumerNotRun(f"the consumer's script failed ({python}): {tail}")
-    return ConsumerResult(str(exported.root), exported.manifest,
-                          json.loads(result_path.read_text()))
+    return ConsumerResult(str(export), manifest, json.loads(result_path.read_text()))

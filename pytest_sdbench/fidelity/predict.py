@@ -24,9 +24,11 @@ RULE = (
     "Decode-only step (B, KV C): the decode points at the profile's K and acceptance length, "
     "at batch B linear in C. A batch that was not measured: linear in B between the two "
     "nearest measured batches, each priced at the same totals (prefill) or the same mean "
-    "context per request (decode). Mixed step: priced as one prefill-like step of all its "
-    "scheduled tokens (prefill tokens plus each decoding request's 1 + drafts), all its "
-    "requests and all the KV it reads, as vLLM runs it through the same non-uniform path. "
+    "context per request (decode). Mixed step: priced as one prefill step of all its "
+    "scheduled tokens (prefill tokens plus each decoding request's 1 + drafts) and all its "
+    "requests, with the prefilling requests' KV (vLLM runs it through the same non-uniform "
+    "path as a prefill; the KV the decoding requests read is left unpriced, as no measured "
+    "prefill step reads that much KV for so few new tokens). "
     "Nothing is extrapolated: coordinates outside the measured range are not priced.")
 
 OFF_BATCH, OFF_TOKENS, OFF_CONTEXT, OFF_CACHED = ("off-grid: batch", "off-grid: tokens",
@@ -141,8 +143,7 @@ class Interpolator:
                                      step.prefill_kv_tokens, step.graph_mode)
             if step.kind == PHASE_MIXED:
                 return self._prefill(step.requests, step.prefill_tokens + step.decode_requests
-                                     + step.draft_tokens,
-                                     step.prefill_kv_tokens + step.decode_kv_tokens,
+                                     + step.draft_tokens, step.prefill_kv_tokens,
                                      step.graph_mode)
             raise _Unpriced(NO_PHASE, f"step kind {step.kind!r}")
         except _Unpriced as no:
@@ -200,7 +201,8 @@ class Interpolator:
             if kv > reach:
                 raise _Unpriced(OFF_CACHED, f"{kv} cached KV tokens beyond the {reach:g} "
                                 f"measured at batch {b}, {tokens} tokens ({mode})")
-            return t0 + (t1 - t0) * kv / reach
+            share = kv / reach   # convex: exact at both ends (0 and the cached points)
+            return t0 * (1 - share) + t1 * share
         return self._across(batch, batches, PHASE_PREFILL, mode, at)
 
     def _decode(self, batch: int, kv: int, mode: str) -> Priced:

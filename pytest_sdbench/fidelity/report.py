@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -101,10 +102,13 @@ class StepRow:
 
 
 def consumer_priced(row: dict) -> Priced:
-    """A consumer_side.py step result as a Priced."""
+    """A consumer_side.py step result as a Priced (its refusal without the export's model
+    path and the advice it repeats, which say nothing of the step)."""
     if "ms" in row:
         return Priced(seconds=row["ms"] / 1e3, how=row.get("resolution"))
     message = str(row.get("error", "no answer"))
+    message = re.sub(r' for model_path="[^"]*"', "", message)
+    message = message.split(" Collect matching")[0].replace("perf database error: ", "")
     category = next((name for marker, name in CONSUMER_CATEGORIES if marker in message),
                     "refused")
     return Priced(category=category, detail=message)

@@ -48,11 +48,14 @@ def parse_lengths(text: str, option: str) -> Lengths:
     """'N' (fixed) or 'LOW-HIGH' (uniform integers)."""
     low, sep, high = text.partition("-")
     try:
-        lengths = Lengths(int(low), int(high) if sep else int(low))
+        bounds = int(low), int(high) if sep else int(low)
     except ValueError:
         raise WorkloadError(f"{option}: expected N or LOW-HIGH token counts, got {text!r}") \
             from None
-    return lengths
+    try:
+        return Lengths(*bounds)
+    except WorkloadError as exc:
+        raise WorkloadError(f"{option}: {exc}") from None
 
 
 @dataclass(frozen=True)
