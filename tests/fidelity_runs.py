@@ -54,11 +54,11 @@ def grid_steps(profile: Path) -> list[StepRecord]:
     return steps
 
 
-def constructed_run(profile: Path, folder: Path, rate: float = 4.0) -> Path:
+def constructed_run(profile: Path, folder: Path, rate: float = 4.0, seed: int = 3) -> Path:
     """A run folder (fidelity-run.json, profile.json) of the profile's grid steps and a
     Poisson workload of 16-token outputs, 3 tokens every 4 ms from 20 ms after arrival."""
     artifact = read_profile(profile)
-    workload = Workload("poisson", Lengths(1100, 3000), Lengths(16, 16), seed=3, rate=rate,
+    workload = Workload("poisson", Lengths(1100, 3000), Lengths(16, 16), seed=seed, rate=rate,
                         duration_seconds=4.0)
     requests = []
     for r in plan(workload):

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..export.aisimulate import CONSUMER_ENVIRONMENT, MANIFEST_FILE, export_name
-from ..wire.contract import ACCEPTANCE_SYNTHETIC, GRAPH_MODES, PHASE_DECODE, PHASE_PREFILL
+from ..wire.contract import (
+    ACCEPTANCE_SYNTHETIC,
+    DEVICE_CUDA,
+    GRAPH_MODES,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+)
 from ..wire.model import Artifact
 from .records import ServingRun, StepRecord
 from .workload import ARRIVAL_CONCURRENCY, mooncake_rows, plan, workload_from_json
@@ -49,8 +55,12 @@ def consumer_python(given: str | None) -> str:
 
 
 def system_of(artifact: Artifact, given: str | None) -> str:
+    """The consumer's system: given, or known by the device name. A CPU profile has none,
+    and its export is refused for its host timing (the exporter says so, with any name)."""
     if given:
         return given
+    if artifact.device != DEVICE_CUDA:
+        return "cpu"
     name = str(artifact.identity.device_name.value or "")
     for marker, system in SYSTEMS.items():
         if marker in name:
