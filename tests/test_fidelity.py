@@ -463,3 +463,46 @@ def test_sdbench_plot_links_the_fidelity_reports_beside_a_profile(reported, tmp_
     assert main(["plot", str(profile), "--out", str(out)]) == 0
     page = (out / "sdbench-plots.html").read_text()
     assert '<a href="../h200-fidelity/fidelity.md">h200-fidelity/fidelity.md</a>' in page
+
+
+# ---- the serving run's join, and the package's boundary with the consumer -------------------
+
+class _Record:
+    def __init__(self, iid: int, tokens: int, timed: bool):
+        self.native_iteration_id, self.total_scheduled_tokens = iid, tokens
+        self.timing = object() if timed else None
+
+
+class _Window:
+    def __init__(self, *records):
+        self.records = list(records)
+
+
+def test_only_an_idle_iteration_may_go_untimed():
+    from pytest_sdbench.fidelity.serve import _only_idle_untimed
+    from pytest_sdbench.observer import TimingMissing
+    _only_idle_untimed(_Window(_Record(1, 4, True), _Record(2, 0, False)))
+    with pytest.raises(TimingMissing, match=r"native iteration ids \[3\]"):
+        _only_idle_untimed(_Window(_Record(1, 4, True), _Record(2, 0, False),
+                                   _Record(3, 8, False)))
+
+
+def test_the_package_imports_no_consumer_module():
+    """AISimulate is imported by consumer_side.py alone, a script its own environment runs;
+    no module of the package imports that script."""
+    import ast
+    from pathlib import Path
+
+    import pytest_sdbench
+    package = Path(pytest_sdbench.__file__).parent
+    consumer_side = package / "fidelity" / "consumer_side.py"
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] + [a.name for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            absolute = not isinstance(node, ast.ImportFrom) or node.level == 0
+            if path != consumer_side and absolute:
+                assert not any(n.split(".")[0] in ("aisimulate", "aisimulate_core", "collector")
+                               for n in names), path
+            assert "consumer_side" not in names, path

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from ..engine import compat
 from ..engine.launch import StepWatchdog, stall_seconds
 from ..host import HostMonitor
-from ..observer import NativeObserver, timer_for
+from ..observer import NativeObserver, TimingMissing, timer_for
 from ..wire.contract import BOOKING_MEASURED, CUDAGRAPH_NONE, GRAPH_EAGER, PHASE_IDLE
 from ..wire.model import utc_now
 from .records import UNKNOWN_GRAPH_MODE, RequestRecord, ServingRun, StepRecord
@@ -34,7 +34,7 @@ IDLE_WAIT_SECONDS = 0.05    # longest sleep between polls while no request is in
 def step_record(record, draft_depth: int, engine_graph_mode: str) -> StepRecord | None:
     """A window's IterationRecord as a StepRecord (None for an idle iteration)."""
     snapshot = record.corrected_snapshot()
-    if snapshot.phase == PHASE_IDLE:
+    if snapshot.phase == PHASE_IDLE or record.timing is None:   # untimed only when idle
         return None
     prefill = [r for r in snapshot.requests if r.in_prefill]
     decode = [r for r in snapshot.requests if not r.in_prefill]
@@ -156,9 +156,12 @@ def serve_workload(engine, workload: Workload, acceptance_length: float | None,
             try:
                 with HostMonitor(tuple(engine.gpu_indices)) as monitor:
                     started, t0 = utc_now(), time.perf_counter()
-                    with StepWatchdog(engine.llm, stall_seconds()), \
-                            observer.window(BOOKING_MEASURED) as window:
-                        requests = driver.serve(workload, planned)
+                    try:
+                        with StepWatchdog(engine.llm, stall_seconds()), \
+                                observer.window(BOOKING_MEASURED) as window:
+                            requests = driver.serve(workload, planned)
+                    except TimingMissing:
+                        _only_idle_untimed(window)
                     wall = time.perf_counter() - t0
                     environment = monitor.environment()
             finally:
@@ -178,6 +181,15 @@ def serve_workload(engine, workload: Workload, acceptance_length: float | None,
                       started_at=started, wall_seconds=wall, requests=requests, steps=steps,
                       idle_steps=idle, timing_source=observer.timer.source,
                       environment=asdict(environment), acceptance_length=acceptance_length)
+
+
+def _only_idle_untimed(window) -> None:
+    """An iteration that scheduled no token may never reach the model (nothing to time);
+    one that scheduled work and has no time fails the run (TimingMissing, re-raised)."""
+    untimed = [r for r in window.records if r.timing is None]
+    working = [r.native_iteration_id for r in untimed if r.total_scheduled_tokens]
+    if working:
+        raise TimingMissing(f"no timing sample arrived for native iteration ids {working}")
 
 
 def workload_json(workload: Workload) -> dict:
