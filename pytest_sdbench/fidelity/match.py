@@ -101,10 +101,16 @@ def user_engine_args(artifact: Artifact) -> dict:
 
 def ran_under_oracle_limits(artifact: Artifact, preset: str) -> bool:
     """Whether the preset ran under its oracle limits: each limit holds in the effective
-    settings, or the user's own engine argument set that setting."""
+    settings (or the user's own engine argument set that setting), and the engine ran
+    eager or captured the oracle's graphs only (vLLM's defaults capture many sizes)."""
+    from ..session import GRAPH_BATCHES
     settings, given = artifact.identity.settings, artifact.identity.settings.user_engine_args
-    return all(name in given or _value(getattr(settings, name)) == value
-               for name, value in PRESETS[preset].engine_limits)
+    oracle_graphs = tuple(sorted((artifact.speculative.draft_depth + 1) * b
+                                 for b in GRAPH_BATCHES))
+    graphs = _value(settings.enforce_eager) is True or \
+        _value(settings.cudagraph_capture_sizes) == oracle_graphs
+    return graphs and all(name in given or _value(getattr(settings, name)) == value
+                          for name, value in PRESETS[preset].engine_limits)
 
 
 def spec_choices(artifact: Artifact, model: str | None = None,
