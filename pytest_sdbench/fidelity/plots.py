@@ -41,8 +41,7 @@ def steps_figure(rows: Sequence[StepRow], title: str):
                         linewidth=0.8)
             ax.set_xlim(low, high)
             ax.set_ylim(low, high)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log_axes(ax)
         ax.set_xlabel("measured step time (ms)")
         ax.set_ylabel(f"predicted by {predictor} (ms)")
         ax.set_title(f"{predictor}: dashed lines +-10%", fontsize=9)
@@ -50,6 +49,16 @@ def steps_figure(rows: Sequence[StepRow], title: str):
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+def _log_axes(ax) -> None:
+    """Log-log, labelled with plain numbers at 1, 2, 5 x 10^n (more labels crowd)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    for axis, scale in ((ax.xaxis, ax.set_xscale), (ax.yaxis, ax.set_yscale)):
+        scale("log")
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def errors_figure(rows: Sequence[StepRow], title: str):
