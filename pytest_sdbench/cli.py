@@ -7,6 +7,7 @@
                      [--format text|markdown|csv|json]   exit 0 pass, 1 fail, 2 unusable
     sdbench plot     [ARTIFACT ...] [--compare BASELINE CANDIDATE] [--out DIR]  (matplotlib)
     sdbench export   ARTIFACT... --to aisimulate --out DIR   exit 0 written, 1 refused, 2 unusable
+    sdbench fidelity PROFILE [--rate RPS ...] [--out DIR] | --report DIR   exit 0 reported
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     from .export.command import add_arguments
     add_arguments(sub.add_parser("export", help="write what a consumer (AISimulate) reads: "
                                  "native envelopes, profile and speculative FPM table"))
+    from .fidelity.command import add_arguments as add_fidelity_arguments
+    add_fidelity_arguments(sub.add_parser(
+        "fidelity", help="serve a held-out workload on an engine configured as the "
+        "profile's; report how well the profile (ours, AISimulate's loader) predicted it"))
     return parser
 
 
@@ -75,7 +80,7 @@ def main(argv=None) -> int:
     try:
         return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
                 "compare": cmd_compare, "plot": cmd_plot,
-                "export": cmd_export}[args.command](args)
+                "export": cmd_export, "fidelity": cmd_fidelity}[args.command](args)
     except KeyboardInterrupt:   # what was measured is saved (and said) where it was taken
         _err("sdbench: interrupted")
         return EXIT_INTERRUPTED
@@ -342,6 +347,11 @@ def cmd_export(args) -> int:
     from .export.command import run
     return run(args, {digest: KnownConfig(text, source)
                       for digest, (text, source) in config_texts().items()})
+
+
+def cmd_fidelity(args) -> int:
+    from .fidelity.command import run
+    return run(args)
 
 
 if __name__ == "__main__":

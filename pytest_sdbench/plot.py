@@ -17,11 +17,13 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .fidelity.report import reports_beside
 from .files import atomic_write_text
 from .wire.contract import GRAPH_EAGER, GRAPH_FULL, GRAPH_PIECEWISE, PHASE_DECODE, PHASE_PREFILL
 from .wire.model import Artifact, PointSummary
@@ -264,6 +266,14 @@ class Page:
                               f"<figcaption>{html.escape(name)}</figcaption></figure>")
         self.parts.append(table)
 
+    def links(self, text: str, out: Path, targets: Sequence[Path]) -> None:
+        """A line of links to files beside the page (relative to its folder)."""
+        if targets:
+            anchors = ", ".join(f'<a href="{html.escape(os.path.relpath(t, out))}">'
+                                f"{html.escape(t.parent.name)}/{html.escape(t.name)}</a>"
+                                for t in targets)
+            self.parts.append(f"<p>{html.escape(text)}: {anchors}</p>")
+
     def render(self) -> str:
         style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;"
                  "font-size:0.85em}td,th{border:1px solid #ccc;padding:2px 6px;"
@@ -334,6 +344,8 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
             if fig is not None:
                 images.append(save(f"{stem}-{phase}.png", fig))
         page.section(str(path), _describe(artifact), images, _points_table(points))
+        page.links("fidelity reports of this profile (`sdbench fidelity`)", out,
+                   reports_beside(path))
     if compare is not None:
         (base_path, base), (cand_path, cand) = compare
         rows = changes(base, cand)

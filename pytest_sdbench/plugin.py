@@ -11,6 +11,9 @@ of its own; with more workers than GPUs, a test that needs an engine fails at on
                       validate, write the artifact; restores the engine afterwards
   sdbench_collection  the collection for --sdbench-mode, run once per session
   sdbench_note        note(text): add a line of measured figures to the sdbench summary
+  sdbench_fidelity    fidelity(profile, workloads=None, ...) -> FidelityReport: serve a
+                      held-out workload on the engine (checked against the profile's) and
+                      report how well the profile predicted each step and each request
 Markers:
   sdbench_vram(gib)   skip when the CUDA device has less free memory; fail when the NVML
                       peak while the test runs exceeds the mark
@@ -364,6 +367,30 @@ def sdbench_note(pytestconfig):
     def note(text: str) -> None:
         pytestconfig.stash[SUMMARY]["note"].append(text)
     return note
+
+
+@pytest.fixture(scope="session")
+def sdbench_fidelity(pytestconfig, sdbench_engine):
+    """fidelity(profile, workloads=None, out_dir=None, consumer_python=None,
+    warmup_requests=8, plots=True) -> FidelityReport: on the session's engine, which must be
+    configured as the profile's (refused otherwise, naming the field), serve each workload
+    (fidelity.workload.Workload; default: a short Poisson one for the device), and write the
+    report beside the profile (<stem>-fidelity/, or out_dir). `profile` is an artifact path
+    or a CollectionRun. report.errors(predictor, kind) holds the figures a gate asserts on:
+    median_abs_error, p90_abs_error, bias, steps, priced_steps."""
+    from .fidelity.run import default_workload, run_fidelity
+
+    def fidelity(profile, workloads=None, out_dir=None, consumer_python=None,
+                 warmup_requests: int = 8, plots: bool = True):
+        path = Path(getattr(profile, "path", profile))
+        done = run_fidelity(sdbench_engine, path,
+                            workloads or [default_workload(sdbench_engine.device)],
+                            Path(out_dir) if out_dir else None, consumer_python,
+                            warmup_requests=warmup_requests, plots=plots,
+                            say=lambda text: _write_line(pytestconfig, text))
+        pytestconfig.stash[SUMMARY]["artifact"].append(f"fidelity report {done.path}")
+        return done
+    return fidelity
 
 
 # ---- plots (--sdbench-plots) --------------------------------------------------------------

@@ -420,3 +420,32 @@ def set_synthetic_rates(llm, rates) -> None:
     import torch
     tensor = _rejection_sampler(llm).synthetic_conditional_rates
     tensor.copy_(torch.tensor(list(rates), dtype=tensor.dtype, device=tensor.device))
+
+
+# ---- serving step by step (the fidelity run): requests added at their arrival times ----
+
+def streaming_params(max_tokens: int):
+    """A served request's sampling parameters: the run's generation sampling, each step's
+    new tokens only (as a streaming server sends them)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    from ..wire.contract import GENERATION_SAMPLING
+    return SamplingParams(max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA,
+                          **GENERATION_SAMPLING)
+
+
+def add_request(llm, request_id: str, token_ids: list[int], params) -> None:
+    """Queue one token-id prompt on the engine (LLMEngine.add_request, V1)."""
+    llm.llm_engine.add_request(request_id, {"prompt_token_ids": token_ids}, params)
+
+
+def engine_step(llm) -> list:
+    """One engine step (LLMEngine.step): the RequestOutputs it returned."""
+    return llm.llm_engine.step()
+
+
+def delivered(output) -> tuple[str, int, bool]:
+    """(the id the request was added under, tokens this step delivered, finished) of a
+    streamed RequestOutput."""
+    return output.request_id, len(output.outputs[0].token_ids), bool(output.finished)

@@ -1,0 +1,410 @@
+"""The fidelity report: every step's measured time beside each predictor's, the errors per
+step kind, the end-to-end figures of each run beside AISimulate's prediction, as JSON (the
+figures), Markdown (read at a glance) and a CSV of every step. Pure: no engine.
+
+Errors are relative: e = predicted / measured - 1. Per predictor and step kind: the median
+and p90 of |e| over the priced steps, the bias (the median of e: > 0 predicts slow), the
+steps and the priced steps; unpriced steps counted by why."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import re
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..wire.model import Artifact, utc_now
+from .predict import Interpolator, Priced
+from .records import STEP_KINDS, ServingRun, StepRecord
+from .workload import ARRIVAL_POISSON
+
+REPORT_KIND, REPORT_VERSION = "pytest-sdbench/fidelity-report", 1
+OURS, CONSUMER = "ours", "aisimulate"
+PREDICTORS = (OURS, CONSUMER)
+ALL_KINDS = "all"
+# The consumer's refusals, by what its message says.
+CONSUMER_CATEGORIES = (("mixed-iteration", "mixed: no composition for a speculative round"),
+                       ("two-sided", "off-grid: no two-sided measured support"),
+                       ("bracket", "off-grid: no batch bracket"))
+CONSUMER_RULE = (
+    "AISimulate's own loader (RustForwardPassPerfModel, estimation_mode fpm_interpolation, "
+    "method direct, fallback deny, nextn = K) over the FPM table `sdbench export --to "
+    "aisimulate` writes: a prefill query needs same-batch, two-sided measured support in "
+    "tokens or KV; a decode query interpolates within its batch, or between batches of one "
+    "capture regime; a mixed step of a speculative round has no composition; nothing is "
+    "extrapolated. Its table holds one CUDA-graph mode per phase and reads no graph label.")
+TIMING_NOTE = (
+    "Step times are native: the model step of each engine iteration, joined with its "
+    "snapshot by native iteration ID ({source}). Request latencies (TTFT, inter-token, "
+    "end-to-end) are host-clock times (time.perf_counter) from a request's arrival to when "
+    "LLMEngine.step() handed its tokens back: what a serving user sees, host overhead and "
+    "queueing included.")
+FIGURES = ("fidelity-steps.png", "fidelity-errors.png", "fidelity-e2e.png")
+REPORT_MD, FOLDER_SUFFIX = "fidelity.md", "-fidelity"
+
+
+def folder_beside(profile_path: Path) -> Path:
+    """Where a profile's fidelity report goes by default: <stem>-fidelity beside it."""
+    return profile_path.with_name(profile_path.name.removesuffix(".json") + FOLDER_SUFFIX)
+
+
+def reports_beside(profile_path: str | Path) -> list[Path]:
+    """The fidelity reports written beside a profile (<stem>-fidelity*/fidelity.md)."""
+    path = Path(profile_path)
+    stem = path.name.removesuffix(".json")
+    return sorted(path.parent.glob(f"{stem}{FOLDER_SUFFIX}*/{REPORT_MD}"))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between order statistics (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no value")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def error_stats(errors: Sequence[float], steps: int) -> dict:
+    """The figures of one predictor and step kind from the signed errors of its priced
+    steps (e = predicted / measured - 1), of `steps` steps in all."""
+    absolute = [abs(e) for e in errors]
+    return {"steps": steps, "priced_steps": len(errors),
+            "median_abs_error": statistics.median(absolute) if errors else None,
+            "p90_abs_error": percentile(absolute, 90) if errors else None,
+            "bias": statistics.median(errors) if errors else None}
+
+
+def latency_stats(values: Sequence[float]) -> dict:
+    """Median and p90 in milliseconds of values in seconds."""
+    if not values:
+        return {"median_ms": None, "p90_ms": None, "samples": 0}
+    return {"median_ms": 1e3 * statistics.median(values),
+            "p90_ms": 1e3 * percentile(values, 90), "samples": len(values)}
+
+
+@dataclass
+class StepRow:
+    """One step of one run, with each predictor's price."""
+    run: int
+    step: StepRecord
+    predictions: dict[str, Priced] = field(default_factory=dict)
+
+    def error(self, predictor: str) -> float | None:
+        p = self.predictions.get(predictor)
+        return None if p is None or p.seconds is None else p.seconds / self.step.seconds - 1
+
+
+def consumer_priced(row: dict) -> Priced:
+    """A consumer_side.py step result as a Priced (its refusal without the export's model
+    path and the advice it repeats, which say nothing of the step)."""
+    if "ms" in row:
+        return Priced(seconds=row["ms"] / 1e3, how=row.get("resolution"))
+    message = str(row.get("error", "no answer"))
+    message = re.sub(r' for model_path="[^"]*"', "", message)
+    message = message.split(" Collect matching")[0].replace("perf database error: ", "")
+    category = next((name for marker, name in CONSUMER_CATEGORIES if marker in message),
+                    "refused")
+    return Priced(category=category, detail=message)
+
+
+def step_rows(runs: Sequence[ServingRun], ours: Interpolator,
+              consumer_steps: Iterable[dict] | None) -> list[StepRow]:
+    rows = [StepRow(i, s, {OURS: ours.price(s)}) for i, run in enumerate(runs) for s in run.steps]
+    if consumer_steps is not None:
+        by_id = {(r["run"], r["native_iteration_id"]): r for r in consumer_steps}
+        for row in rows:
+            answer = by_id.get((row.run, row.step.native_iteration_id))
+            row.predictions[CONSUMER] = consumer_priced(answer) if answer else Priced(
+                category="refused", detail="the consumer returned no answer for this step")
+    return rows
+
+
+def kind_figures(rows: Sequence[StepRow], predictor: str) -> dict:
+    """Per step kind (and all kinds): the error figures, the unpriced steps by why, and the
+    errors by graph mode."""
+    figures = {}
+    for kind in (*STEP_KINDS, ALL_KINDS):
+        mine = [r for r in rows if kind in (ALL_KINDS, r.step.kind)
+                and predictor in r.predictions]
+        errors = [e for r in mine if (e := r.error(predictor)) is not None]
+        entry = error_stats(errors, len(mine))
+        entry["unpriced"] = dict(Counter(r.predictions[predictor].category for r in mine
+                                         if not r.predictions[predictor].priced))
+        modes: dict[str, list[StepRow]] = {}
+        for r in mine:
+            modes.setdefault(r.step.graph_mode, []).append(r)
+        entry["by_graph_mode"] = {
+            mode: error_stats([e for r in these if (e := r.error(predictor)) is not None],
+                              len(these)) for mode, these in sorted(modes.items())}
+        figures[kind] = entry
+    return figures
+
+
+def measured_e2e(run: ServingRun) -> dict:
+    requests = run.requests
+    first = min(r.arrival for r in requests)
+    last = max(r.finished or r.arrival for r in requests)
+    span = max(last - first, 1e-9)
+    return {"ttft": latency_stats([r.ttft for r in requests if r.deliveries]),
+            "itl": latency_stats([x for r in requests if (x := r.itl) is not None]),
+            "e2e": latency_stats([r.e2e for r in requests if r.finished is not None]),
+            "output_throughput_tok_s": sum(r.delivered_tokens for r in requests) / span,
+            "request_throughput_rps": len(requests) / span, "requests": len(requests)}
+
+
+def predicted_e2e(prediction: dict) -> dict:
+    """The consumer's figures of one run, from its per-request records (the same statistics
+    as the measured ones) and its throughput summary."""
+    records = prediction.get("requests") or []
+    summary = prediction.get("summary") or {}
+
+    def ms(key: str) -> list[float]:
+        return [row[key] / 1e3 for row in records if isinstance(row.get(key), (int, float))]
+    return {"ttft": latency_stats(ms("ttft_ms")), "itl": latency_stats(ms("itl_ms")),
+            "e2e": latency_stats(ms("e2e_latency_ms")),
+            "output_throughput_tok_s": summary.get("output_throughput_tok_s"),
+            "request_throughput_rps": summary.get("request_throughput_rps"),
+            "requests": len(records)}
+
+
+E2E_METRICS = (("ttft", "median_ms", "TTFT median (ms)"), ("ttft", "p90_ms", "TTFT p90 (ms)"),
+               ("itl", "median_ms", "ITL median (ms)"), ("itl", "p90_ms", "ITL p90 (ms)"),
+               ("e2e", "median_ms", "E2E median (ms)"), ("e2e", "p90_ms", "E2E p90 (ms)"),
+               ("output_throughput_tok_s", None, "output tokens/s"),
+               ("request_throughput_rps", None, "requests/s"))
+
+
+def e2e_value(figures: dict, metric: str, stat: str | None) -> float | None:
+    value = figures.get(metric)
+    return value.get(stat) if stat is not None and isinstance(value, dict) else value
+
+
+def relative_errors(measured: dict, predicted: dict) -> dict:
+    out = {}
+    for metric, stat, _ in E2E_METRICS:
+        m, p = e2e_value(measured, metric, stat), e2e_value(predicted, metric, stat)
+        key = metric if stat is None else f"{metric}_{stat.removesuffix('_ms')}"
+        out[key] = None if m in (None, 0) or p is None else p / m - 1
+    return out
+
+
+def model_name(artifact: Artifact) -> str:
+    from .match import preset_of
+    preset = preset_of(artifact)
+    return preset or Path(str(artifact.identity.target.model.value)).name
+
+
+def build_figures(profile_path: Path, artifact: Artifact, runs: Sequence[ServingRun],
+                  rows: Sequence[StepRow], consumer: dict, notes: Sequence[str]) -> dict:
+    """The report's JSON. `consumer`: {"status": "run"|"not run", "reason", "version",
+    "export", "graph_modes", "predictions": [...per run...]}."""
+    predictors = [OURS] + ([CONSUMER] if consumer.get("status") == "run" else [])
+    name = model_name(artifact)
+    per_run = []
+    rates = {}
+    for i, run in enumerate(runs):
+        mine = [r for r in rows if r.run == i]
+        measured = measured_e2e(run)
+        entry: dict = {
+                 "label": run.label, "workload": run.workload, "wall_seconds": run.wall_seconds,
+                 "started_at": run.started_at, "requests": len(run.requests),
+                 "steps": dict(Counter(s.kind for s in run.steps)), "idle_steps": run.idle_steps,
+                 "timing_source": run.timing_source, "environment": run.environment,
+                 "acceptance_length": run.acceptance_length,
+                 "observed_acceptance_length": run.observed_acceptance_length(),
+                 "errors": {p: kind_figures(mine, p) for p in predictors},
+                 "end_to_end": {"measured": measured}}
+        prediction = next((p for p in consumer.get("predictions", []) if p.get("run") == i),
+                          None)
+        if prediction is not None and "error" not in prediction:
+            predicted = predicted_e2e(prediction)
+            entry["end_to_end"].update(predicted=predicted,
+                                       relative_error=relative_errors(measured, predicted))
+        elif prediction is not None:
+            entry["end_to_end"]["predict_error"] = prediction["error"]
+        per_run.append(entry)
+        key = (f"{run.workload['rate']:g}" if run.workload["arrival"] == ARRIVAL_POISSON
+               else f"concurrency {run.workload['concurrency']}")
+        predicted_e = entry["end_to_end"].get("predicted") or {}
+        rates[key] = {
+            "measured": {"ttft_median_ms": measured["ttft"]["median_ms"],
+                         "itl_median_ms": measured["itl"]["median_ms"]},
+            "predicted": {"ttft_median_ms": (predicted_e.get("ttft") or {}).get("median_ms"),
+                          "itl_median_ms": (predicted_e.get("itl") or {}).get("median_ms")}}
+    ident = artifact.identity
+    return {
+        "kind": REPORT_KIND, "version": REPORT_VERSION, "created_at": utc_now(),
+        "profile": {"path": str(profile_path), "sha256": _sha256(profile_path),
+                    "run_id": artifact.run_id, "model": name, "device": artifact.device,
+                    "device_name": ident.device_name.value,
+                    "engine_version": ident.engine_version.value,
+                    "draft_depth": artifact.speculative.draft_depth,
+                    "acceptance_control": artifact.speculative.acceptance_control,
+                    "acceptance_length": artifact.speculative.synthetic_acceptance_length,
+                    "repeats": artifact.measurement_policy.repeats,
+                    "points": {"prefill": len({o.point_index for o in artifact.prefill}),
+                               "decode": len({o.point_index for o in artifact.decode})}},
+        "engine_notes": list(notes),
+        "timing": {"steps": sorted({r.timing_source for r in runs}),
+                   "requests": "host clock (time.perf_counter) when LLMEngine.step() "
+                               "returned the tokens",
+                   "note": TIMING_NOTE.format(source=", ".join(sorted(
+                       {r.timing_source for r in runs})))},
+        "predictors": {OURS: {"rule": Interpolator.rule},
+                       CONSUMER: {"rule": CONSUMER_RULE, **{k: v for k, v in consumer.items()
+                                                            if k != "predictions"}}},
+        "error_definition": "e = predicted / measured - 1; median_abs_error and p90_abs_error "
+                            "over the priced steps; bias = the median of e (> 0: predicts "
+                            "slow)",
+        "models": {name: {p: kind_figures(rows, p) for p in predictors}},
+        "rates": rates,
+        "runs": per_run,
+    }
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+# ---- text ------------------------------------------------------------------------------
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:+.1f}%" if signed else f"{100 * value:.1f}%"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
+    return lines
+
+
+def markdown(figures: dict, rows: Sequence[StepRow], examples: int = 3) -> str:
+    profile, consumer = figures["profile"], figures["predictors"][CONSUMER]
+    name = profile["model"]
+    al = profile["acceptance_length"]
+    lines = ["# Fidelity: does the profile predict a serving run it never saw?", "",
+             f"Profile `{profile['path']}` (run {profile['run_id'][:12]}): {name} on "
+             f"{profile['device_name']} ({profile['device']}), vLLM {profile['engine_version']}, "
+             f"EAGLE3 K={profile['draft_depth']}, acceptance {profile['acceptance_control']}"
+             + (f" AL {al:g}" if al is not None else "") + f", {profile['points']['prefill']} "
+             f"prefill and {profile['points']['decode']} decode points, "
+             f"{profile['repeats']} repeat(s) each.", "",
+             "The serving engine was configured as the profile's: every identity field and "
+             "effective engine setting compared equal."
+             + "".join(f" Note: {n}." for n in figures["engine_notes"]), ""]
+    for run in figures["runs"]:
+        lines.append(f"- **{run['label']}**: {run['workload']['description']}; "
+                     f"{run['requests']} requests, {sum(run['steps'].values())} steps "
+                     f"({', '.join(f'{n} {k}' for k, n in sorted(run['steps'].items()))}), "
+                     f"{run['wall_seconds']:.1f} s; acceptance length measured "
+                     f"{_num(run['observed_acceptance_length'])}"
+                     + (f" (contended: {run['environment'].get('reason')})"
+                        if run["environment"].get("contended") else ""))
+    lines += ["", figures["timing"]["note"], ""]
+    if consumer.get("status") != "run":
+        lines += [f"AISimulate's predictions: not run: {consumer.get('reason')}.", ""]
+    lines += ["## Each step, predicted against measured", "",
+              f"e = predicted / measured - 1 over the priced steps; bias is the median of e "
+              f"(> 0 predicts slow). Model {name}.", ""]
+    table: list[tuple] = []
+    for predictor, kinds in figures["models"][name].items():
+        for kind in (*STEP_KINDS, ALL_KINDS):
+            k = kinds[kind]
+            table.append((predictor, kind, k["steps"], k["priced_steps"],
+                          _pct(k["median_abs_error"]), _pct(k["p90_abs_error"]),
+                          _pct(k["bias"], signed=True)))
+    lines += _table(("predictor", "step kind", "steps", "priced", "median abs error",
+                     "p90 abs error", "bias"), table)
+    lines += ["", f"![predicted vs measured]({FIGURES[0]})", "",
+              f"![error histogram]({FIGURES[1]})", "", "By CUDA-graph mode:", ""]
+    table = []
+    for predictor, kinds in figures["models"][name].items():
+        for kind in STEP_KINDS:
+            for mode, k in kinds[kind]["by_graph_mode"].items():
+                table.append((predictor, kind, mode, k["steps"], k["priced_steps"],
+                              _pct(k["median_abs_error"]), _pct(k["bias"], signed=True)))
+    lines += _table(("predictor", "step kind", "graph mode", "steps", "priced",
+                     "median abs error", "bias"), table)
+    lines += ["", "## Steps not priced, by why", ""]
+    table = []
+    for predictor in figures["models"][name]:
+        unpriced: dict[tuple[str, str], list[StepRow]] = {}
+        for r in rows:
+            p = r.predictions.get(predictor)
+            if p is not None and not p.priced:
+                unpriced.setdefault((r.step.kind, str(p.category)), []).append(r)
+        for (kind, category), these in sorted(unpriced.items()):
+            shown = "; ".join(f"step {r.step.native_iteration_id}: "
+                              f"{r.predictions[predictor].detail}" for r in these[:examples])
+            table.append((predictor, kind, category, len(these), shown))
+    lines += _table(("predictor", "step kind", "why", "steps", "examples"), table) \
+        if table else ["Every step was priced."]
+    lines += ["", "## End to end", ""]
+    for run in figures["runs"]:
+        e2e = run["end_to_end"]
+        measured, predicted = e2e["measured"], e2e.get("predicted")
+        errors = e2e.get("relative_error") or {}
+        lines += [f"**{run['label']}**", ""]
+        table = []
+        for metric, stat, label in E2E_METRICS:
+            key = metric if stat is None else f"{metric}_{stat.removesuffix('_ms')}"
+            table.append((label, _num(e2e_value(measured, metric, stat)),
+                          _num(e2e_value(predicted, metric, stat)) if predicted else "-",
+                          _pct(errors.get(key), signed=True)))
+        lines += _table(("metric", "measured", "AISimulate", "error"), table)
+        if "predict_error" in e2e:
+            lines += ["", f"`aisimulate predict` failed: {e2e['predict_error']}"]
+        lines.append("")
+    lines += [f"![end to end]({FIGURES[2]})", "", "ITL is a request's mean inter-token "
+              "latency, from its first to its last token over its tokens after the first (the "
+              "consumer's per-request itl_ms, its TPOT); medians and p90 are over requests.",
+              "", "## The predictors' rules", "",
+              f"- **{OURS}**: {figures['predictors'][OURS]['rule']}",
+              f"- **{CONSUMER}**: {CONSUMER_RULE}"
+              + (f" Version {consumer.get('version')}; export `{consumer.get('export')}`, "
+                 f"graph modes {consumer.get('graph_modes') or 'one per phase'}."
+                 if consumer.get("status") == "run" else ""), "",
+              "Files: `fidelity.json` (these figures), `steps.csv` (every step), "
+              "`fidelity-run.json` (the serving runs as recorded), `profile.json` (the "
+              "profile), `consumer/` (the consumer's inputs and outputs, when run).", ""]
+    return "\n".join(lines)
+
+
+def steps_csv(rows: Sequence[StepRow]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["run", "native_iteration_id", "kind", "graph_mode", "prefill_requests",
+                     "prefill_tokens", "prefill_kv_tokens", "decode_requests",
+                     "decode_kv_tokens", "draft_tokens", "measured_ms",
+                     *(f"{p}_{c}" for p in PREDICTORS for c in ("ms", "how", "unpriced"))])
+    for r in rows:
+        s = r.step
+        cells = [r.run, s.native_iteration_id, s.kind, s.graph_mode, s.prefill_requests,
+                 s.prefill_tokens, s.prefill_kv_tokens, s.decode_requests, s.decode_kv_tokens,
+                 s.draft_tokens, f"{1e3 * s.seconds:.6f}"]
+        for p in PREDICTORS:
+            priced = r.predictions.get(p)
+            if priced is None:
+                cells += ["", "", ""]
+            elif priced.seconds is not None:
+                cells += [f"{1e3 * priced.seconds:.6f}", priced.how or "", ""]
+            else:
+                cells += ["", "", f"{priced.category}: {priced.detail}"]
+        writer.writerow(cells)
+    return buffer.getvalue()
