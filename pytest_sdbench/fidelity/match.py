@@ -54,7 +54,7 @@ def read_profile(path: str | Path) -> Artifact:
         raise ProfileUnusable(f"{path} is not a valid artifact ({len(report.errors)} "
                               f"violation(s); run `sdbench validate {path}`)")
     artifact = report.artifact
-    if report.legacy:
+    if not artifact.identity.settings.max_num_seqs.resolved:
         raise ProfileUnusable(f"{path}: a legacy artifact ({report.legacy}) records no engine "
                               "settings (identity.settings), so no engine can be configured "
                               "as its was")
