@@ -18,7 +18,12 @@ import sys
 import time
 
 from .options import add_cli_options, k_window_note, repeat_plan, user_engine_args
-from .wire.contract import K_WINDOW, MAX_REPORTED_VIOLATIONS, STATUS_COMPLETE
+from .wire.contract import (
+    K_WINDOW,
+    MAX_REPORTED_VIOLATIONS,
+    MIN_ROUNDS_FOR_NOISE,
+    STATUS_COMPLETE,
+)
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -47,16 +52,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="the consumer's draft-depth import window; K outside is flagged")
     s = sub.add_parser("show", help="print an artifact as a table")
     s.add_argument("path", metavar="PATH")
-    m = sub.add_parser("compare", help="gate a candidate against a baseline, point by point "
-                       "(exit 1 on a regression or an unfair comparison)")
+    m = sub.add_parser("compare", help="gate a candidate against a baseline, point by point, "
+                       "each against its noise across rounds (exit 1 on a regression, noise "
+                       "it cannot judge or an unfair comparison)")
     m.add_argument("baseline", metavar="BASELINE")
     m.add_argument("candidate", metavar="CANDIDATE")
     m.add_argument("--fail-above", type=float, default=0.0, metavar="PCT",
                    help="a point regresses when slower by more than its noise and PCT percent "
                    "(default 0: its noise alone)")
     m.add_argument("--noise-floor", type=float, default=None, metavar="PCT",
-                   help="the noise of a point measured once on either side (default by device: "
-                   "cpu 35, cuda 20); with repeats, the least noise assumed")
+                   help="state the noise: the noise of every point when a side has fewer than "
+                   f"{MIN_ROUNDS_FOR_NOISE} rounds (or back-to-back repeats, or is legacy), "
+                   "which otherwise fails the gate as noise it cannot judge; with enough "
+                   "rounds, the least noise assumed")
     m.add_argument("--format", choices=("text", "markdown", "csv", "json"), default="text",
                    help="output for people (text), CI summaries (markdown), or tools")
     pl = sub.add_parser("plot", help="draw artifacts: PNGs and one self-contained HTML page "
@@ -251,9 +259,11 @@ def _rows(a):
 
 
 def _table(a) -> str:
-    lines = [f"{'point':<12} {'coordinates':<44} {'iter':>6} {'ms':>9} {'graph':>9}"]
-    for name, coords, o in _rows(a):
-        lines.append(f"{name:<12} {coords:<44} {o.native_iteration_id:>6} "
+    lines = [f"{'point':<12} {'coordinates':<44} {'round':>5} {'iter':>6} {'ms':>9} "
+             f"{'graph':>9}"]
+    rows = sorted(_rows(a), key=lambda row: row[2].native_iteration_id)   # as measured
+    for name, coords, o in rows:
+        lines.append(f"{name:<12} {coords:<44} {o.round:>5} {o.native_iteration_id:>6} "
                      f"{o.timing.seconds * 1e3:>9.3f} {o.graph_mode:>9}")
     for s in a.coverage.skipped_points:
         lines.append(f"{s.phase}[{s.point_index}]  SKIPPED: {s.reason}")
@@ -262,23 +272,24 @@ def _table(a) -> str:
     return "\n".join(lines)
 
 
-SUMMARY_HEADER = "repeat summary"
+SUMMARY_HEADER = "point summary"
 
 
 def _summary_table(a) -> str:
-    """Each point's retained steps summarised (schema v4 summaries): samples, median,
-    coefficient of variation, min and max."""
-    lines = [f"{SUMMARY_HEADER:<16} {'n':>3} {'median ms':>10} {'cv %':>7} {'min ms':>10} "
-             f"{'max ms':>10}"]
+    """Each point's samples summarised (describe.SUMMARY_COLUMNS): n, median, the half
+    width of its CI, CV across rounds, min, max, why it stopped, the canary's spread."""
+    from .describe import SUMMARY_COLUMNS, SUMMARY_NOTE
+    widths = [max(len(c.label), 7) for c in SUMMARY_COLUMNS]
+    lines = [f"{SUMMARY_HEADER:<16} " + " ".join(
+        c.label.rjust(w) for c, w in zip(SUMMARY_COLUMNS, widths, strict=True))]
     for s in a.summaries:
-        name = f"{s.phase}[{s.point_index}]"
-        lines.append(f"{name:<16} {s.samples:>3} {s.median_seconds * 1e3:>10.3f} "
-                     f"{s.cv * 100:>7.2f} {s.min_seconds * 1e3:>10.3f} "
-                     f"{s.max_seconds * 1e3:>10.3f}")
-    return "\n".join(lines)
+        lines.append(f"{f'{s.phase}[{s.point_index}]':<16} " + " ".join(
+            c.cell(s).rjust(w) for c, w in zip(SUMMARY_COLUMNS, widths, strict=True)))
+    return "\n".join([f"({SUMMARY_NOTE})", *lines])
 
 
 def cmd_show(args) -> int:
+    from .describe import canary_line, placement_line, repeat_policy
     a, code = _load_valid(args.path)
     if a is None:
         return code
@@ -291,13 +302,17 @@ def cmd_show(args) -> int:
     print(f"KV capacity: {a.kv_capacity.num_blocks} blocks x {a.kv_capacity.block_size} = "
           f"{a.kv_capacity.tokens} tokens, {len(a.kv_capacity.groups)} group(s), draft layers "
           f"{', '.join(a.kv_capacity.draft_layer_names) or 'none'}")
+    print(repeat_policy(a))
+    print(canary_line(a.host_canary))
+    print(placement_line(None if a.environment is None else a.environment.cpu_placement))
     print(_table(a))
     return EXIT_OK
 
 
 def cmd_compare(args) -> int:
-    """The gate (compare.py): exit 1 on a regressed point or an unfair comparison (a
-    missing point, a partial side, another mode, a contended side), 2 on unusable input."""
+    """The gate (compare.py): exit 1 on a regressed point, on noise it cannot judge (too
+    few rounds, no --noise-floor) or an unfair comparison (a missing point, a partial side,
+    another mode, a contended side), 2 on unusable input."""
     from .compare import compare, render
     base, _ = _load_valid(args.baseline)
     if base is None:

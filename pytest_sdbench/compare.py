@@ -2,19 +2,37 @@
 
 Points are matched by their coordinates (prefill: batch, new tokens, cached prefix; decode:
 batch, context, K, acceptance length). For each point the change is that of the medians of
-its retained steps (its repeats), judged against the point's noise:
+its samples, judged against the point's noise, which comes from its dispersion across
+rounds (each round measures the whole grid once in a fresh order, so that a point's samples
+are spread over the collection and their spread is the host's noise, not a moment's):
 
-- both sides measured the point at least twice: the noise is the larger relative spread
-  (max - min) / median of the two sides' repeats, measured;
-- otherwise a stated floor: --noise-floor, or by device NOISE_FLOOR_PCT (single steps of
-  unchanged code were seen to differ by -34..+33% per point on an idle 2-core CPU, and the
-  same grid re-collected on an H200 by 12-22% median per point).
+- both sides took at least MIN_ROUNDS_FOR_NOISE rounds: a point's noise, in percent of its
+  median, is NOISE_Z * MEDIAN_SE_FACTOR * sqrt(cv_b^2/n_b + cv_c^2/n_c): the normal bound
+  of the difference of two medians of n_b and n_c samples (MEDIAN_SE_FACTOR: the median's
+  standard error over the mean's), each cv the point's CV across its rounds, raised to its
+  phase's typical CV on that side (the median over the phase's points), so that a point
+  whose few samples happened to agree is not judged by a noise no other point shows;
+- NOISE_Z = 4: a one-sided normal tail of 3.2e-5 a point, so that 100 points of unchanged
+  code fail together 0.3% of the time were the noise normal and its CV known (Bonferroni's
+  z for 1% over 100 points is 3.72); the margin pays for CVs estimated from a few rounds
+  and for the drift between two collections that no within-collection spread shows;
+- fewer rounds on either side, back-to-back repeats, or a legacy artifact: the noise
+  cannot be judged, and the gate fails saying how many rounds it needs, unless
+  --noise-floor states the noise: then those points are judged against that floor (with
+  rounds, --noise-floor is the least noise assumed).
 
-A point is regressed when it is slower by more than both its noise and --fail-above. The
-gate fails, naming each cause, on a regressed point, on a point missing from either side
-(skipped or outside its grid), on a side whose status is not complete, on a different
-mode, device, K or acceptance control, and on a side that ran contended (or whose run
-environment is unknown). Prefill and decode are summarised separately.
+The host: each side's host canary (a fixed host workload read before and after every
+round) says how fast the host ran. When the candidate's canary is slower than the
+baseline's beyond the canary's own noise (HOST_Z, the same rule over its readings), a point
+slower than its bound by no more than the host's slowdown is ``host_slower``: told apart
+from a regression and not failing the gate; a point slower beyond that is regressed.
+
+A point is regressed when it is slower than max(noise, --fail-above), plus the host's
+slowdown. The gate fails, naming each cause, on a regressed point, on noise it cannot
+judge, on a point missing from either side (skipped or outside its grid), on a side whose
+status is not complete, on a different mode, device, K or acceptance control, and on a side
+that ran contended (or whose run environment is unknown). Prefill and decode are summarised
+separately.
 """
 
 from __future__ import annotations
@@ -22,33 +40,115 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
-from .wire.contract import PHASE_DECODE, PHASE_PREFILL, PHASES, STATUS_COMPLETE
-from .wire.model import Artifact
+from .describe import canary_line, noise_judgeable, repeat_policy
+from .wire.contract import (
+    MEDIAN_SE_FACTOR,
+    MIN_ROUNDS_FOR_NOISE,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASES,
+    PINNED_Z,
+    STATUS_COMPLETE,
+)
+from .wire.model import Artifact, PointSummary
+from .wire.rounds import CanarySpread
 
-# The noise floor of a point measured once on either side, percent, by device.
-NOISE_FLOOR_PCT = {"cpu": 35.0, "cuda": 20.0}
+# z of a point's noise bound (the module's docstring says why 4), and of the host canary's
+# (one comparison, not one a point: the two-sided 95% z).
+NOISE_Z = 4.0
+HOST_Z = PINNED_Z
 FORMATS = ("text", "markdown", "csv", "json")
 
 OK, REGRESSED, IMPROVED = "within_noise", "regressed", "improved"
+HOST_SLOWER, NOISE_UNKNOWN = "host_slower", "noise_unknown"
 MISSING_IN_BASELINE, MISSING_IN_CANDIDATE = "missing_in_baseline", "missing_in_candidate"
+VERDICTS = (OK, REGRESSED, IMPROVED, HOST_SLOWER, NOISE_UNKNOWN, MISSING_IN_BASELINE,
+            MISSING_IN_CANDIDATE)
+# Where a point's noise came from: its rounds, the stated floor, or nowhere.
+SOURCE_ROUNDS, SOURCE_FLOOR, SOURCE_NONE = "rounds", "floor", "none"
 
 
 @dataclass(frozen=True)
 class PointChange:
+    """One point of the comparison; its fields are the columns of every output format."""
     phase: str
     coordinates: str
-    base_ms: float | None          # median of the point's retained steps
+    base_ms: float | None          # median of the point's samples
     cand_ms: float | None
     base_samples: int
     cand_samples: int
+    base_cv_pct: float | None      # CV across the point's samples (rounds)
+    cand_cv_pct: float | None
     change_pct: float | None
     noise_pct: float | None
-    noise_source: str              # "repeats" (measured spread) or "floor" (stated)
+    noise_source: str              # SOURCE_ROUNDS, SOURCE_FLOOR or SOURCE_NONE
     verdict: str
     note: str = ""
+
+
+COLUMNS = tuple(f.name for f in fields(PointChange))
+# The header of each column in text and markdown (csv and json use the names).
+LABELS = {"phase": "phase", "coordinates": "coordinates", "base_ms": "base ms",
+          "cand_ms": "cand ms", "base_samples": "base n", "cand_samples": "cand n",
+          "base_cv_pct": "base cv", "cand_cv_pct": "cand cv", "change_pct": "change",
+          "noise_pct": "noise", "noise_source": "from", "verdict": "verdict", "note": "note"}
+
+
+@dataclass(frozen=True)
+class HostWorkload:
+    """One canary workload on both sides: medians, the change and its noise."""
+    workload: str
+    base_ms: float
+    cand_ms: float
+    change_pct: float
+    noise_pct: float
+
+    @property
+    def slower(self) -> bool:
+        return self.change_pct > self.noise_pct
+
+    @property
+    def faster(self) -> bool:
+        return self.change_pct < -self.noise_pct
+
+
+@dataclass(frozen=True)
+class HostComparison:
+    """The two hosts' canaries compared; slowdown_pct > 0 when the candidate's ran slower
+    beyond the canary's noise (the largest such workload's change)."""
+    workloads: tuple[HostWorkload, ...]
+    missing: str | None            # why the hosts could not be compared (no canary)
+
+    @property
+    def slowdown_pct(self) -> float:
+        return max((w.change_pct for w in self.workloads if w.slower), default=0.0)
+
+    def line(self) -> str:
+        if self.missing is not None:
+            return f"host: not compared: {self.missing}"
+        parts = [f"{w.workload} {w.base_ms:.3f} -> {w.cand_ms:.3f} ms ({w.change_pct:+.1f}%, "
+                 f"noise {w.noise_pct:.1f}%)" for w in self.workloads]
+        if self.slowdown_pct > 0:
+            verdict = (f"the candidate's host ran slower by {self.slowdown_pct:.1f}%: a point "
+                       f"slower within its bound plus {self.slowdown_pct:.1f}% is "
+                       f"{HOST_SLOWER}, not a regression")
+        elif any(w.faster for w in self.workloads):
+            verdict = ("the candidate's host ran faster: a regression smaller than its "
+                       "speed-up may hide")
+        else:
+            verdict = "the hosts ran alike (within the canary's noise)"
+        return f"host canary, baseline -> candidate: {'; '.join(parts)}: {verdict}"
+
+    def as_dict(self) -> dict:
+        return {"slowdown_pct": round(self.slowdown_pct, 2), "missing": self.missing,
+                "workloads": [{"workload": w.workload, "base_ms": w.base_ms,
+                               "cand_ms": w.cand_ms, "change_pct": round(w.change_pct, 2),
+                               "noise_pct": round(w.noise_pct, 2), "slower": w.slower}
+                              for w in self.workloads]}
 
 
 @dataclass
@@ -56,12 +156,20 @@ class Comparison:
     baseline: str
     candidate: str
     fail_above_pct: float
+    noise_floor_pct: float | None = None
+    host: HostComparison = field(default_factory=lambda: HostComparison((), "not read"))
+    typical_cv_pct: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    sides: dict[str, list[str]] = field(default_factory=dict)   # each side's repeats, canary
     points: list[PointChange] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
     def regressed(self) -> list[PointChange]:
         return [p for p in self.points if p.verdict == REGRESSED]
+
+    @property
+    def host_slower(self) -> list[PointChange]:
+        return [p for p in self.points if p.verdict == HOST_SLOWER]
 
     @property
     def failed(self) -> bool:
@@ -74,21 +182,30 @@ class Comparison:
                 "median_change_pct": round(statistics.median(changes), 2) if changes else None,
                 "regressed": sum(p.verdict == REGRESSED for p in mine),
                 "improved": sum(p.verdict == IMPROVED for p in mine),
+                "host_slower": sum(p.verdict == HOST_SLOWER for p in mine),
                 "missing": sum(p.verdict in (MISSING_IN_BASELINE, MISSING_IN_CANDIDATE)
-                               for p in mine)}
+                               for p in mine),
+                "typical_cv_pct": self.typical_cv_pct.get(phase, {})}
 
     def verdict_line(self) -> str:
+        host = ""
+        if self.host_slower:
+            host = (f"; {len(self.host_slower)} point(s) {HOST_SLOWER}: slower only within "
+                    f"the candidate host's slowdown of {self.host.slowdown_pct:.1f}%")
         if not self.failed:
             return (f"PASS: no point slower beyond its noise and {self.fail_above_pct:g}% "
-                    f"({len(self.points)} points)")
+                    f"({len(self.points)} points){host}")
         parts = []
         if self.regressed:
-            parts.append(f"{len(self.regressed)} point(s) regressed")
+            named = ", ".join(f"{p.phase} {p.coordinates} {p.change_pct:+.1f}%"
+                              for p in self.regressed[:5])
+            more = f", and {len(self.regressed) - 5} more" if len(self.regressed) > 5 else ""
+            parts.append(f"{len(self.regressed)} point(s) regressed ({named}{more})")
         if self.problems:
             shown = "; ".join(self.problems[:3])
             more = f"; and {len(self.problems) - 3} more" if len(self.problems) > 3 else ""
             parts.append(f"{len(self.problems)} problem(s): {shown}{more}")
-        return "FAIL: " + "; ".join(parts)
+        return "FAIL: " + "; ".join(parts) + host
 
 
 def _key(phase: str, point) -> tuple:
@@ -105,14 +222,19 @@ def coordinates(phase: str, point) -> str:
     return f"B={point.batch_size} ctx={point.context_tokens} K={point.draft_depth} AL={al}"
 
 
-def _measured(a: Artifact) -> dict[tuple, tuple[str, object, list[float]]]:
-    """Per point key: (phase, point, seconds of its retained steps)."""
-    out: dict[tuple, tuple[str, object, list[float]]] = {}
-    for phase in PHASES:
-        for o in getattr(a, phase):
-            entry = out.setdefault(_key(phase, o.point), (phase, o.point, []))
-            entry[2].append(o.timing.seconds)
-    return out
+@dataclass(frozen=True)
+class _Measured:
+    phase: str
+    point: object
+    summary: PointSummary
+
+
+def _measured(a: Artifact) -> dict[tuple, _Measured]:
+    """Per point key: the point and the summary of its samples."""
+    points = {(p, i): pt for p in PHASES for i, pt in enumerate(getattr(a.grid, p))}
+    return {_key(s.phase, points[(s.phase, s.point_index)]):
+            _Measured(s.phase, points[(s.phase, s.point_index)], s)
+            for s in a.summaries if (s.phase, s.point_index) in points}
 
 
 def _grid_points(a: Artifact) -> dict[tuple, tuple[str, object]]:
@@ -126,12 +248,6 @@ def _skip_reasons(a: Artifact) -> dict[tuple, str]:
         if 0 <= s.point_index < len(points):
             reasons[_key(s.phase, points[s.point_index])] = s.reason
     return reasons
-
-
-def _spread(seconds: list[float]) -> float:
-    """The relative range of a point's repeats: (max - min) / median."""
-    median = statistics.median(seconds)
-    return (max(seconds) - min(seconds)) / median if median > 0 else 0.0
 
 
 def _order(key: tuple) -> tuple:
@@ -152,11 +268,45 @@ def _side_problems(label: str, a: Artifact) -> list[str]:
     return problems
 
 
+def median_noise(z: float, cv_b: float, n_b: int, cv_c: float, n_c: int) -> float:
+    """The bound, relative to the median, of the change of two medians of n_b and n_c
+    samples whose CVs are cv_b and cv_c: z * MEDIAN_SE_FACTOR * sqrt(cv_b^2/n_b +
+    cv_c^2/n_c)."""
+    return z * MEDIAN_SE_FACTOR * math.sqrt(cv_b ** 2 / n_b + cv_c ** 2 / n_c)
+
+
+def typical_cv(a: Artifact, phase: str) -> float | None:
+    """A phase's typical CV across rounds: the median over its points with enough rounds
+    (None: no such point)."""
+    cvs = [s.cv for s in a.summaries if s.phase == phase and s.samples >= MIN_ROUNDS_FOR_NOISE]
+    return statistics.median(cvs) if cvs else None
+
+
+def compare_hosts(base: CanarySpread | None, cand: CanarySpread | None) -> HostComparison:
+    """The two hosts' canaries: per workload the change of the median and its noise."""
+    if base is None or cand is None:
+        side = " and ".join(name for name, c in (("baseline", base), ("candidate", cand))
+                            if c is None)
+        return HostComparison((), f"no host canary in the {side} (legacy)")
+    workloads = [("python loop", base.python_median_seconds, base.python_cv,
+                  cand.python_median_seconds, cand.python_cv)]
+    if base.launch_median_seconds is not None and cand.launch_median_seconds is not None:
+        workloads.append(("kernel launches", base.launch_median_seconds, base.launch_cv or 0.0,
+                          cand.launch_median_seconds, cand.launch_cv or 0.0))
+    return HostComparison(tuple(
+        HostWorkload(name, 1e3 * mb, 1e3 * mc, 100 * (mc / mb - 1),
+                     100 * median_noise(HOST_Z, cvb, base.samples, cvc, cand.samples))
+        for name, mb, cvb, mc, cvc in workloads), None)
+
+
 def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
             noise_floor_pct: float | None = None, base_name: str = "baseline",
             cand_name: str = "candidate") -> Comparison:
-    result = Comparison(base_name, cand_name, fail_above_pct)
+    result = Comparison(base_name, cand_name, fail_above_pct, noise_floor_pct,
+                        compare_hosts(base.host_canary, cand.host_canary))
+    sides = (("baseline", base), ("candidate", cand))
     result.problems += _side_problems("baseline", base) + _side_problems("candidate", cand)
+    result.sides = {side: [repeat_policy(a), canary_line(a.host_canary)] for side, a in sides}
     for name, b, c in (("mode", base.mode, cand.mode), ("device", base.device, cand.device),
                        ("draft depth K", base.speculative.draft_depth,
                         cand.speculative.draft_depth),
@@ -164,48 +314,123 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
                         cand.speculative.acceptance_control)):
         if b != c:
             result.problems.append(f"{name} differs: baseline {b}, candidate {c}")
-    floor = noise_floor_pct if noise_floor_pct is not None else \
-        NOISE_FLOOR_PCT.get(cand.device, max(NOISE_FLOOR_PCT.values()))
+    unjudged = {side: why for side, a in sides if (why := noise_judgeable(a)) is not None}
+    if unjudged and noise_floor_pct is None:
+        result.problems.append(_cannot_judge(unjudged))
+    typical = {phase: {side: typical_cv(a, phase) for side, a in sides} for phase in PHASES}
+    result.typical_cv_pct = {phase: {side: None if cv is None else round(100 * cv, 2)
+                                     for side, cv in by_side.items()}
+                             for phase, by_side in typical.items()}
+    rule = _Rule(fail_above_pct, noise_floor_pct, not unjudged, result.host.slowdown_pct)
     measured_b, measured_c = _measured(base), _measured(cand)
     grid = {**_grid_points(cand), **_grid_points(base)}
     skipped = {"baseline": _skip_reasons(base), "candidate": _skip_reasons(cand)}
     for key in sorted(set(grid) | set(measured_b) | set(measured_c), key=_order):
-        known = grid.get(key) or measured_b.get(key) or measured_c.get(key)
-        assert known is not None  # the key came from one of the three
-        phase, point = known[:2]
+        mb, mc = measured_b.get(key), measured_c.get(key)
+        phase, point = grid.get(key) or next((m.phase, m.point) for m in (mb, mc) if m)
         label = coordinates(phase, point)
-        sb, sc = measured_b.get(key, (None, None, []))[2], measured_c.get(key, (None, None, []))[2]
-        if not sb or not sc:
-            side = "baseline" if not sb else "candidate"
+        if mb is None or mc is None:
+            side = "baseline" if mb is None else "candidate"
             why = skipped[side].get(key, "not in its grid")
-            result.points.append(PointChange(
-                phase, label, _median_ms(sb), _median_ms(sc), len(sb), len(sc), None, None, "",
-                MISSING_IN_BASELINE if not sb else MISSING_IN_CANDIDATE, note=why))
+            result.points.append(_missing(phase, label, mb, mc, why))
             result.problems.append(f"{phase} {label}: missing in the {side} ({why})")
             continue
-        mb, mc = statistics.median(sb), statistics.median(sc)
-        change = 100.0 * (mc / mb - 1.0)
-        if len(sb) > 1 and len(sc) > 1:
-            noise, source = 100.0 * max(_spread(sb), _spread(sc)), "repeats"
-            if noise_floor_pct is not None:
-                noise = max(noise, noise_floor_pct)
-        else:
-            noise, source = floor, "floor"
-        bound = max(noise, fail_above_pct)
-        verdict = REGRESSED if change > bound else IMPROVED if change < -bound else OK
-        result.points.append(PointChange(phase, label, mb * 1e3, mc * 1e3, len(sb), len(sc),
-                                         round(change, 2), round(noise, 2), source, verdict))
+        floors = (typical[phase]["baseline"] or 0.0, typical[phase]["candidate"] or 0.0)
+        change = _judged(phase, label, mb.summary, mc.summary, floors, rule)
+        if change.verdict == NOISE_UNKNOWN and rule.judgeable:
+            result.problems.append(f"{phase} {label}: cannot judge its noise: {change.note}")
+        result.points.append(change)
     return result
 
 
-def _median_ms(seconds: list[float]) -> float | None:
-    return statistics.median(seconds) * 1e3 if seconds else None
+@dataclass(frozen=True)
+class _Rule:
+    fail_above_pct: float
+    noise_floor_pct: float | None
+    judgeable: bool         # both sides took the rounds that judge noise
+    host_slack_pct: float   # the candidate host's slowdown (0: not slower)
+
+
+def _missing(phase: str, label: str, mb: _Measured | None, mc: _Measured | None,
+             why: str) -> PointChange:
+    """A point measured on one side only."""
+    def ms(m: _Measured | None) -> float | None:
+        return None if m is None else 1e3 * m.summary.median_seconds
+    return PointChange(phase, label, ms(mb), ms(mc), 0 if mb is None else mb.summary.samples,
+                       0 if mc is None else mc.summary.samples, None, None, None, None,
+                       SOURCE_NONE, MISSING_IN_BASELINE if mb is None else MISSING_IN_CANDIDATE,
+                       note=why)
+
+
+def _judged(phase: str, label: str, sb: PointSummary, sc: PointSummary,
+            floors: tuple[float, float], rule: _Rule) -> PointChange:
+    """A point measured on both sides, judged by the rule."""
+    change = 100.0 * (sc.median_seconds / sb.median_seconds - 1.0)
+    noise: float | None = None
+    source, note = SOURCE_NONE, ""
+    if rule.judgeable and min(sb.samples, sc.samples) >= MIN_ROUNDS_FOR_NOISE:
+        noise, source = 100.0 * median_noise(NOISE_Z, max(sb.cv, floors[0]), sb.samples,
+                                             max(sc.cv, floors[1]), sc.samples), SOURCE_ROUNDS
+        if rule.noise_floor_pct is not None and rule.noise_floor_pct > noise:
+            noise, source = rule.noise_floor_pct, SOURCE_FLOOR
+    elif rule.noise_floor_pct is not None:
+        noise, source = rule.noise_floor_pct, SOURCE_FLOOR
+    elif rule.judgeable:   # the artifacts have the rounds; this point does not
+        note = (f"{min(sb.samples, sc.samples)} sample(s), fewer than the "
+                f"{MIN_ROUNDS_FOR_NOISE} rounds that judge noise")
+    return PointChange(phase, label, 1e3 * sb.median_seconds, 1e3 * sc.median_seconds,
+                       sb.samples, sc.samples, _cv_pct(sb), _cv_pct(sc), round(change, 2),
+                       None if noise is None else round(noise, 2), source,
+                       _verdict(change, noise, rule.fail_above_pct, rule.host_slack_pct), note)
+
+
+def _cv_pct(s: PointSummary) -> float | None:
+    """A point's CV across its samples, percent (None for one sample: no spread)."""
+    return round(100 * s.cv, 2) if s.samples > 1 else None
+
+
+def _verdict(change: float, noise: float | None, fail_above_pct: float, slack: float) -> str:
+    """A point's verdict from its change and noise (percent), the --fail-above bar and the
+    candidate host's slowdown."""
+    if noise is None:
+        return NOISE_UNKNOWN
+    bound = max(noise, fail_above_pct)
+    if change < -bound:
+        return IMPROVED
+    if change <= bound:
+        return OK
+    return HOST_SLOWER if change <= bound + slack else REGRESSED
+
+
+def _cannot_judge(unjudged: dict[str, str]) -> str:
+    sides = "; ".join(f"the {side} {why}" for side, why in unjudged.items())
+    return (f"cannot judge noise: {sides}. A point's noise is its dispersion across at least "
+            f"{MIN_ROUNDS_FOR_NOISE} rounds on both sides: collect each with --repeats "
+            f"{MIN_ROUNDS_FOR_NOISE} or more (rounds, the default order), or state the noise "
+            "with --noise-floor PCT")
 
 
 # ---- output ---------------------------------------------------------------------------
 
-COLUMNS = ("phase", "coordinates", "base_ms", "cand_ms", "base_samples", "cand_samples",
-           "change_pct", "noise_pct", "noise_source", "verdict", "note")
+def noise_rule(c: Comparison) -> list[str]:
+    """The rules this comparison applied, in words (every format states them)."""
+    floor = "" if c.noise_floor_pct is None else (
+        f"; --noise-floor {c.noise_floor_pct:g}%: the least noise, and the noise of a point "
+        "without enough rounds")
+    return [f"noise rule: with >= {MIN_ROUNDS_FOR_NOISE} rounds on both sides, noise = "
+            f"z * {MEDIAN_SE_FACTOR:.4f} * sqrt(cv_b^2/n_b + cv_c^2/n_c), z = {NOISE_Z:g} "
+            f"(a one-sided normal tail of {_tail(NOISE_Z):.1e} a point: 100 unchanged points "
+            f"fail together {100 * (1 - (1 - _tail(NOISE_Z)) ** 100):.1f}% of the time), "
+            "each cv the point's CV across rounds, at least its phase's typical CV (median "
+            f"over the phase's points){floor}",
+            f"verdict rule: regressed when slower than max(noise, --fail-above "
+            f"{c.fail_above_pct:g}%) plus the candidate host's slowdown ({HOST_SLOWER} within "
+            f"that slowdown); the host ran slower when its canary's median did beyond "
+            f"z = {HOST_Z:.2f} by the same rule over the canary's readings"]
+
+
+def _tail(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -214,22 +439,38 @@ def _fmt(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _rule(c: Comparison) -> str:
-    return (f"noise rule: a point measured at least twice on both sides is judged against "
-            f"the larger (max-min)/median of its repeats; a point measured once against the "
-            f"stated floor; regressed when slower than max(noise, --fail-above "
-            f"{c.fail_above_pct:g}%)")
+def cell(p: PointChange, column: str) -> str:
+    """A point's column as text and markdown print it."""
+    value = getattr(p, column)
+    if value is None:
+        return "-"
+    if column == "change_pct":
+        return f"{value:+.1f}%"
+    if column in ("noise_pct", "base_cv_pct", "cand_cv_pct"):
+        return f"{value:.1f}%"
+    return _fmt(value)
+
+
+def _typical(c: Comparison, phase: str) -> str:
+    cv = c.typical_cv_pct.get(phase, {})
+    shown = ", ".join(f"{side} {'-' if v is None else f'{v:.1f}%'}" for side, v in cv.items())
+    return f"typical CV across rounds: {shown}"
 
 
 def render(c: Comparison, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps({"verdict": "fail" if c.failed else "pass",
                            "baseline": c.baseline, "candidate": c.candidate,
-                           "fail_above_pct": c.fail_above_pct, "noise_rule": _rule(c),
+                           "fail_above_pct": c.fail_above_pct,
+                           "noise_floor_pct": c.noise_floor_pct, "noise_z": NOISE_Z,
+                           "noise_rule": noise_rule(c), "host": c.host.as_dict(),
+                           "host_line": c.host.line(), "sides": c.sides,
                            "problems": c.problems,
                            "phases": {p: c.phase_summary(p) for p in (PHASE_PREFILL,
                                                                        PHASE_DECODE)},
-                           "points": [asdict(p) for p in c.points]}, indent=1)
+                           "points": [{col: getattr(p, col) for col in COLUMNS}
+                                      for p in c.points],
+                           "verdict_line": c.verdict_line()}, indent=1)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -237,11 +478,19 @@ def render(c: Comparison, fmt: str = "text") -> str:
         for p in c.points:
             writer.writerow([_fmt(getattr(p, col)) if col.endswith(("_ms", "_pct"))
                              else getattr(p, col) for col in COLUMNS])
+        blank = [""] * (len(COLUMNS) - 3)
+        writer.writerow(["host", *blank, HOST_SLOWER if c.host.slowdown_pct > 0
+                         else "host", c.host.line()])
         for problem in c.problems:
-            writer.writerow(["gate", "", "", "", "", "", "", "", "", "problem", problem])
+            writer.writerow(["gate", *blank, "problem", problem])
         return out.getvalue().rstrip("\n")
     md = fmt == "markdown"
+    columns = [col for col in COLUMNS if col != "phase"]
+    header = [LABELS[col] for col in columns]
     lines = [f"{'## ' if md else ''}sdbench compare: {c.baseline} -> {c.candidate}", ""]
+    for side, said in c.sides.items():
+        lines += [f"{'- ' if md else ''}{side} {line}" for line in said]
+    lines += [f"{'- ' if md else ''}{c.host.line()}", ""]
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         rows = [p for p in c.points if p.phase == phase]
         if not rows:
@@ -250,24 +499,19 @@ def render(c: Comparison, fmt: str = "text") -> str:
         median = "-" if s["median_change_pct"] is None else f"{s['median_change_pct']:+.1f}%"
         lines.append(f"{'### ' if md else ''}{phase}: {s['compared']}/{s['points']} points "
                      f"compared, median change {median}, {s['regressed']} regressed, "
-                     f"{s['improved']} improved, {s['missing']} missing")
-        header = ("coordinates", "base ms", "cand ms", "n", "change", "noise", "verdict")
-        cells = [(p.coordinates, _fmt(p.base_ms), _fmt(p.cand_ms),
-                  f"{p.base_samples}/{p.cand_samples}",
-                  "-" if p.change_pct is None else f"{p.change_pct:+.1f}%",
-                  "-" if p.noise_pct is None else f"{p.noise_pct:.1f}% ({p.noise_source})",
-                  p.verdict + (f": {p.note}" if p.note else "")) for p in rows]
+                     f"{s['improved']} improved, {s['host_slower']} {HOST_SLOWER}, "
+                     f"{s['missing']} missing; {_typical(c, phase)}")
+        cells = [[cell(p, col) for col in columns] for p in rows]
         if md:
-            lines += ["", "| " + " | ".join(header) + " |",
-                      "|" + "---|" * len(header)]
+            lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(row) + " |" for row in cells]
         else:
-            widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header) - 1)]
+            widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
             for row in [header, *cells]:
-                padded = (v.ljust(w) for v, w in zip(row, widths, strict=False))
-                lines.append("  ".join(padded) + "  " + row[-1])
+                lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths,
+                                                                   strict=True)).rstrip())
         lines.append("")
-    lines.append(_rule(c))
+    lines += noise_rule(c)
     for problem in c.problems:
         lines.append(f"{'- ' if md else '  '}problem: {problem}")
     lines.append(("**" if md else "") + c.verdict_line() + ("**" if md else ""))

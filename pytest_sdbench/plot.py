@@ -3,10 +3,15 @@ embedded as base64, with a table of every point).
 
 - decode: the step time against the batch, one line per context (and acceptance length);
 - prefill: the step time against the new tokens, one line per batch and cached prefix;
-- compare: the per-point change of a candidate's step time against a baseline's.
+- canary: the host canary's readings over the collection, in time order (before and after
+  each round), so that a slow stretch of the host is seen beside the numbers;
+- compare: the per-point change of a candidate's step time against a baseline's, with the
+  noise `sdbench compare` judged it by, coloured by the gate's own verdict.
 
 Each marker is a point's median retained step; its shape says how the step ran (graph
-mode); where a point was measured more than once (repeats) a bar spans its min..max.
+mode); where a point has more than one sample a bar spans the 95% confidence interval of
+its median from their dispersion (across rounds, or back-to-back repeats where that was the
+policy; the page states which).
 
 matplotlib is an optional dependency (``pip install 'pytest-sdbench[plot]'``), imported
 only here and only when drawing; it draws with its Agg backend through the object API, so
@@ -23,15 +28,54 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .compare import (
+    COLUMNS,
+    HOST_SLOWER,
+    IMPROVED,
+    LABELS,
+    MISSING_IN_BASELINE,
+    MISSING_IN_CANDIDATE,
+    NOISE_UNKNOWN,
+    OK,
+    REGRESSED,
+    VERDICTS,
+    Comparison,
+    cell,
+    noise_rule,
+)
+from .compare import compare as judge
+from .describe import (
+    SUMMARY_COLUMNS,
+    SUMMARY_NOTE,
+    canary_line,
+    is_legacy,
+    placement_line,
+    repeat_policy,
+)
 from .fidelity.report import reports_beside
 from .files import atomic_write_text
-from .wire.contract import GRAPH_EAGER, GRAPH_FULL, GRAPH_PIECEWISE, PHASE_DECODE, PHASE_PREFILL
+from .wire.contract import (
+    GRAPH_EAGER,
+    GRAPH_FULL,
+    GRAPH_PIECEWISE,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PINNED_CONFIDENCE,
+    REPEAT_BACK_TO_BACK,
+)
 from .wire.model import Artifact, PointSummary
+from .wire.rounds import canary_readings
 
 MARKERS = {GRAPH_EAGER: "o", GRAPH_PIECEWISE: "s", GRAPH_FULL: "^"}
 MIXED_MARKER = "X"   # a point whose repeats ran in more than one graph mode
 PAGE_NAME = "sdbench-plots.html"
 LEFT = ' class="l"'   # a left-aligned table cell (text); numbers align right
+# The comparison's colours, one per verdict of the gate (compare.VERDICTS): the figure says
+# what `sdbench compare` says.
+VERDICT_COLORS = {OK: "#7f8c8d", REGRESSED: "#c0392b", IMPROVED: "#2e86c1",
+                  HOST_SLOWER: "#e67e22", NOISE_UNKNOWN: "#8e44ad",
+                  MISSING_IN_BASELINE: "#000000", MISSING_IN_CANDIDATE: "#000000"}
+assert set(VERDICT_COLORS) == set(VERDICTS), "a verdict of the gate without its colour"
 
 
 class PlotUnavailable(RuntimeError):
@@ -154,9 +198,28 @@ def _colors(n: int) -> list:
     return [colormaps["turbo"](i / (n - 1)) for i in range(n)]
 
 
-def phase_figure(points: Sequence[PlotPoint], phase: str, title: str):
-    """Step time (ms) against batch (decode) or new tokens (prefill), one line per series;
-    None when the artifact has no point of that phase."""
+def ci_of_median(summary: PointSummary) -> tuple[float, float] | None:
+    """The confidence interval of a point's median in ms, (low, high), from the
+    dispersion of its samples (wire.rounds.median_half_width); None for one sample."""
+    if summary.median_half_width is None:
+        return None
+    median, half = 1e3 * summary.median_seconds, summary.median_half_width
+    return max(0.0, median * (1 - half)), median * (1 + half)
+
+
+def bar_label(artifact: Artifact) -> str:
+    """What a point's bar spans, for the legend: its dispersion across rounds, or across
+    back-to-back repeats (which understate the host's noise)."""
+    across = ("back-to-back repeats" if is_legacy(artifact) or
+              artifact.measurement_policy.repeat_order == REPEAT_BACK_TO_BACK else "rounds")
+    return f"bar: {PINNED_CONFIDENCE:.0%} CI of the median, across {across}"
+
+
+def phase_figure(points: Sequence[PlotPoint], phase: str, title: str,
+                 bars: str = "bar: CI of the median"):
+    """Step time (ms) against batch (decode) or new tokens (prefill), one line per series,
+    each point's CI of the median a bar (`bars` names it in the legend); None when the
+    artifact has no point of that phase."""
     lines = _series(points, phase)
     if not lines:
         return None
@@ -172,9 +235,9 @@ def phase_figure(points: Sequence[PlotPoint], phase: str, title: str):
         for p, px, py in zip(line, x, y, strict=True):
             ax.plot([px], [py], p.marker, color=color, markersize=7,
                     markeredgecolor="black", markeredgewidth=0.5)
-            if p.summary.samples > 1:   # dispersion of the repeats: min..max
-                ax.errorbar([px], [py], yerr=[[py - 1e3 * p.summary.min_seconds],
-                                              [1e3 * p.summary.max_seconds - py]],
+            ci = ci_of_median(p.summary)
+            if ci is not None:   # the dispersion of its samples: the CI of the median
+                ax.errorbar([px], [py], yerr=[[py - ci[0]], [ci[1] - py]],
                             fmt="none", ecolor=color, capsize=4, linewidth=1)
     _x_axis(ax, xs)
     ax.set_xlabel("batch (requests)" if phase == PHASE_DECODE else "new tokens a request")
@@ -185,59 +248,87 @@ def phase_figure(points: Sequence[PlotPoint], phase: str, title: str):
     # both legends outside the axes, on the right: no point is ever hidden under one
     fig.legend(*ax.get_legend_handles_labels(), title="line", fontsize=8, title_fontsize=8,
                loc="outside right upper")
-    fig.legend(handles=_mode_handles(points, phase), title="marker: graph mode", fontsize=8,
-               title_fontsize=8, loc="outside right lower")
+    fig.legend(handles=_mode_handles(points, phase, bars), title="marker: graph mode",
+               fontsize=8, title_fontsize=8, loc="outside right lower")
     return fig
 
 
-def _mode_handles(points: Sequence[PlotPoint], phase: str):
+def _mode_handles(points: Sequence[PlotPoint], phase: str, bars: str):
     from matplotlib.lines import Line2D
     shown = dict.fromkeys(p.marker for p in points if p.phase == phase)
     names = {marker: mode for mode, marker in MARKERS.items()} | {MIXED_MARKER: "mixed"}
     handles = [Line2D([], [], linestyle="none", marker=m, color="grey", markeredgecolor="black",
                       label=names[m]) for m in shown]
-    if any(p.summary.samples > 1 for p in points if p.phase == phase):
-        handles.append(Line2D([], [], color="grey", marker="|", markersize=10,
-                              label="bar: min..max of repeats"))
+    if any(ci_of_median(p.summary) for p in points if p.phase == phase):
+        handles.append(Line2D([], [], color="grey", marker="|", markersize=10, label=bars))
     return handles
 
 
-@dataclass(frozen=True)
-class Change:
-    """One point measured in both artifacts."""
-    base: PlotPoint
-    cand: PlotPoint
+def canary_figure(artifact: Artifact, title: str):
+    """The host canary's readings in time order (before and after each round), per
+    workload, with the rounds marked; None without a reading (a legacy artifact)."""
+    readings = [(r.index, when, sample) for r in artifact.rounds
+                for when, sample in (("before", r.canary_before), ("after", r.canary_after))
+                if sample is not None]
+    if not readings:
+        return None
+    assert len(readings) == len(canary_readings(artifact.rounds))
+    workloads = [("python loop", [1e3 * s.python_seconds for _, _, s in readings])]
+    if all(s.launch_seconds is not None for _, _, s in readings):
+        workloads.append(("kernel launches", [1e3 * (s.launch_seconds or 0.0)
+                                              for _, _, s in readings]))
+    fig = _figure(9.0, 2.0 + 1.8 * len(workloads))
+    axes = fig.subplots(len(workloads), 1, sharex=True, squeeze=False)[:, 0]
+    x = list(range(len(readings)))
+    for ax, (name, ms) in zip(axes, workloads, strict=True):
+        ax.plot(x, ms, "o-", color="#34495e", markersize=4, linewidth=1)
+        ax.set_ylabel(f"{name} (ms)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        for i, (index, when, _) in enumerate(readings):
+            if when == "before" and index > 0:
+                ax.axvline(i - 0.5, color="grey", linewidth=0.6, alpha=0.6)
+    rounds = sorted({index for index, _, _ in readings})
+    axes[-1].set_xticks([x[[i for i, _, _ in readings].index(r)] for r in rounds],
+                        [f"round {r}" for r in rounds], fontsize=8 if len(rounds) > 8 else None)
+    axes[-1].set_xlabel("canary readings in time order: before and after each round")
+    axes[0].set_title(title, fontsize=10)
+    return fig
 
-    @property
-    def change(self) -> float:
-        return self.cand.summary.median_seconds / self.base.summary.median_seconds - 1
 
-
-def changes(base: Artifact, cand: Artifact) -> list[Change]:
-    """The points of the same grid measured in both, matched by phase and index."""
-    if base.integrity.grid_digest != cand.integrity.grid_digest:
-        raise ValueError("the two artifacts were collected on different grids "
-                         f"({base.integrity.grid_digest} vs {cand.integrity.grid_digest})")
-    later = {(p.phase, p.point_index): p for p in plot_points(cand)}
-    return [Change(p, later[(p.phase, p.point_index)]) for p in plot_points(base)
-            if (p.phase, p.point_index) in later]
-
-
-def compare_figure(rows: Sequence[Change], title: str):
-    """Per-point change of the candidate's median step time against the baseline's."""
-    fig = _figure(8.0, max(3.0, 0.28 * len(rows) + 1.5))
+def compare_figure(result: Comparison, title: str):
+    """Per-point change of the candidate's median step time against the baseline's, a bar
+    each, coloured by the gate's verdict; the whisker spans the change +- the noise the gate
+    judged it by (a point whose whisker stays right of 0 is slower beyond its noise), and
+    the candidate host's slowdown, when the canaries say it ran slower, is shaded."""
+    from matplotlib.patches import Patch
+    rows = [p for p in result.points if p.change_pct is not None]
+    fig = _figure(8.0, max(3.0, 0.28 * len(rows) + 2.0))
     ax = fig.add_subplot()
-    values = [100 * r.change for r in rows]
-    colors = ["#c0392b" if v > 0 else "#2e86c1" for v in values]
     y = list(range(len(rows)))
-    ax.barh(y, values, color=colors)
-    ax.set_yticks(y, [f"{r.base.phase}[{r.base.point_index}] {r.base.label}" for r in rows],
-                  fontsize=7)
+    values = [p.change_pct or 0.0 for p in rows]
+    ax.barh(y, values, color=[VERDICT_COLORS[p.verdict] for p in rows])
+    for i, p in enumerate(rows):
+        if p.noise_pct is not None:
+            ax.errorbar([values[i]], [i], xerr=[[p.noise_pct], [p.noise_pct]], fmt="none",
+                        ecolor="black", capsize=3, linewidth=0.8)
+    slowdown = result.host.slowdown_pct
+    if slowdown > 0:
+        ax.axvspan(0, slowdown, color=VERDICT_COLORS[HOST_SLOWER], alpha=0.15)
+    ax.set_yticks(y, [f"{p.phase} {p.coordinates}" for p in rows], fontsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("change of the median step time, candidate vs baseline (%; right: slower)")
+    ax.set_xlabel("change of the median step time, candidate vs baseline (%; right: slower; "
+                  "whisker: +- the point's noise)", fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
+    shown = dict.fromkeys(p.verdict for p in rows)
+    handles = [Patch(color=VERDICT_COLORS[v], label=v) for v in shown]
+    if slowdown > 0:
+        handles.append(Patch(color=VERDICT_COLORS[HOST_SLOWER], alpha=0.15,
+                             label=f"host slower {slowdown:+.1f}%"))
+    fig.legend(handles=handles, title="verdict of sdbench compare", fontsize=8,
+               title_fontsize=8, loc="outside right upper")
     return fig
 
 
@@ -256,9 +347,11 @@ class Page:
     """The HTML page being assembled: sections of a heading, images and a table."""
     parts: list[str]
 
-    def section(self, heading: str, text: str, images: Sequence[tuple[str, bytes]],
-                table: str) -> None:
-        self.parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
+    def section(self, heading: str, text: str | Sequence[str],
+                images: Sequence[tuple[str, bytes]], table: str) -> None:
+        said = [text] if isinstance(text, str) else list(text)
+        self.parts.append(f"<h2>{html.escape(heading)}</h2>" +
+                          "".join(f"<p>{html.escape(t)}</p>" for t in said))
         for name, data in images:
             encoded = base64.b64encode(data).decode("ascii")
             self.parts.append(f'<figure><img alt="{html.escape(name)}" '
@@ -291,23 +384,31 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) 
     return f"<table><tr>{cells('th', header)}</tr>{body}</table>"
 
 
-def _describe(artifact: Artifact) -> str:
+def _describe(artifact: Artifact) -> list[str]:
+    """What the page says of an artifact: what ran, how it repeated (the policy), the host
+    canary over the collection and where its threads ran."""
     ident = artifact.identity
-    return (f"mode {artifact.mode}, status {artifact.status}, {artifact.coverage.completed}/"
+    env = artifact.environment
+    return [f"mode {artifact.mode}, status {artifact.status}, {artifact.coverage.completed}/"
             f"{artifact.coverage.expected} points, device {artifact.device} "
             f"({ident.device_name.value}), vLLM {ident.engine_version.value}, "
-            f"K={artifact.speculative.draft_depth}, repeats "
-            f"{artifact.measurement_policy.repeats}, schema v{artifact.schema_version}, run "
-            f"{artifact.run_id}")
+            f"K={artifact.speculative.draft_depth}, schema v{artifact.schema_version}, run "
+            f"{artifact.run_id}",
+            repeat_policy(artifact), canary_line(artifact.host_canary),
+            placement_line(None if env is None else env.cpu_placement)]
 
 
 def _points_table(points: Sequence[PlotPoint]) -> str:
     rows = [(f"{p.phase}[{p.point_index}]", p.label, "/".join(p.graph_modes),
-             f"{1e3 * p.summary.median_seconds:.3f}", f"{1e3 * p.summary.min_seconds:.3f}",
-             f"{1e3 * p.summary.max_seconds:.3f}", f"{100 * p.summary.cv:.2f}",
-             str(p.summary.samples)) for p in points]
-    return _table(("point", "coordinates", "graph mode", "median ms", "min ms", "max ms",
-                   "CV %", "samples"), rows, left=3)
+             *(c.cell(p.summary) for c in SUMMARY_COLUMNS)) for p in points]
+    return _table(("point", "coordinates", "graph mode", *(c.label for c in SUMMARY_COLUMNS)),
+                  rows, left=3) + f"<p>{html.escape(SUMMARY_NOTE)}</p>"
+
+
+def _compare_table(result: Comparison) -> str:
+    """The gate's rows, with the gate's own columns (compare.COLUMNS)."""
+    return _table([LABELS[c] for c in COLUMNS],
+                  [[cell(p, c) for c in COLUMNS] for p in result.points])
 
 
 def _unique_stems(paths: Sequence[str | Path]) -> list[str]:
@@ -340,25 +441,25 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
         images = []
         for phase in (PHASE_DECODE, PHASE_PREFILL):
             fig = phase_figure(points, phase, f"{Path(path).name}: {phase} "
-                               f"({artifact.device}, K={artifact.speculative.draft_depth})")
+                               f"({artifact.device}, K={artifact.speculative.draft_depth})",
+                               bar_label(artifact))
             if fig is not None:
                 images.append(save(f"{stem}-{phase}.png", fig))
+        fig = canary_figure(artifact, f"{Path(path).name}: host canary")
+        if fig is not None:
+            images.append(save(f"{stem}-canary.png", fig))
         page.section(str(path), _describe(artifact), images, _points_table(points))
         page.links("fidelity reports of this profile (`sdbench fidelity`)", out,
                    reports_beside(path))
     if compare is not None:
         (base_path, base), (cand_path, cand) = compare
-        rows = changes(base, cand)
+        result = judge(base, cand, base_name=str(base_path), cand_name=str(cand_path))
         name = f"compare-{_unique_stems([base_path])[0]}-vs-{_unique_stems([cand_path])[0]}"
-        fig = compare_figure(rows, f"{Path(cand_path).name} vs {Path(base_path).name}")
-        table = _table(("point", "coordinates", "base ms", "cand ms", "change %"),
-                       [(f"{r.base.phase}[{r.base.point_index}]", r.base.label,
-                         f"{1e3 * r.base.summary.median_seconds:.3f}",
-                         f"{1e3 * r.cand.summary.median_seconds:.3f}",
-                         f"{100 * r.change:+.1f}") for r in rows])
+        fig = compare_figure(result, f"{Path(cand_path).name} vs {Path(base_path).name}")
         page.section(f"compare: {cand_path} against {base_path}",
-                     f"{len(rows)} points in both; per-point change of the median step time",
-                     [save(f"{name}.png", fig)], table)
+                     [result.host.line(), *noise_rule(result), *(
+                         f"problem: {p}" for p in result.problems), result.verdict_line()],
+                     [save(f"{name}.png", fig)], _compare_table(result))
     written.append(atomic_write_text(out / page_name, page.render()))
     return written
 

@@ -1,5 +1,6 @@
 """`sdbench validate | show | compare` on real and broken artifacts; exit codes."""
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -9,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import SUMMARY_HEADER, main
 
-from . import forge
 from .conftest import FIXTURES
 
 REAL = FIXTURES / "cpu-agg-v4.json"
+ROUNDS = FIXTURES / "cpu-agg-v5.json"   # 3 rounds, host canary, CPU placement
 
 
 def test_validate_exit_codes(tmp_path, capsys):
@@ -57,63 +59,90 @@ def test_validate_marks_legacy(capsys):
     assert "(legacy v1-autoregressive)" in capsys.readouterr().out
 
 
-def test_show_prints_a_row_per_point(capsys):
-    assert main(["show", str(REAL)]) == 0
+def test_show_prints_a_row_per_sample_with_its_round(capsys):
+    assert main(["show", str(ROUNDS)]) == 0
     points, _summaries = capsys.readouterr().out.split(SUMMARY_HEADER)
-    assert points.count("prefill[") == 8
-    assert points.count("decode[") == 4
+    assert points.count("prefill[") == 8 * 3
+    assert points.count("decode[") == 4 * 3
     assert "KV capacity: " in points
+    rows = [line.split() for line in points.splitlines()
+            if line.startswith(("prefill[", "decode["))]
+    data = json.loads(ROUNDS.read_text())
+    taken = {o["native_iteration_id"]: (f"{phase}[{o['point_index']}]", o["round"])
+             for phase in ("prefill", "decode") for o in data[phase]}
+    # each row: its point, its round and its native ID as the artifact holds them, in the
+    # order measured (native IDs rise), so that every round lists the whole grid
+    shown = [(row[0], int(row[-4]), int(row[-3])) for row in rows]
+    assert [iid for _, _, iid in shown] == sorted(taken)
+    assert all(taken[iid] == (name, rnd) for name, rnd, iid in shown)
+    assert [rnd for _, rnd, _ in shown] == sorted(rnd for _, rnd, _ in shown)
 
 
-def _summary_rows(out: str) -> dict[str, list[float]]:
-    """The repeat-summary rows `sdbench show` printed: point -> n, median ms, cv %, min ms,
-    max ms."""
+def test_show_states_the_repeats_the_host_canary_and_the_cpu_placement(capsys):
+    assert main(["show", str(ROUNDS)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(ROUNDS.read_text())
+    canary = data["host_canary"]
+    assert "repeats: 3 round(s) of the grid, each in a fresh order drawn from seed 0" in out
+    assert (f"host canary: python loop {1e3 * canary['python_median_seconds']:.3f} ms median "
+            f"over {canary['samples']} readings, spread {100 * canary['python_spread']:.1f}%"
+            ) in out
+    main_cpus = data["environment"]["cpu_placement"]["main_thread_allowed_cpus"]
+    assert f"CPU placement: main thread on CPUs {main_cpus[0]}-{main_cpus[-1]}" in out
+    assert main(["show", str(REAL)]) == 0     # a legacy (v4) artifact says what it lacks
+    out = capsys.readouterr().out
+    assert "taken back to back (legacy artifact: no rounds and no host canary recorded)" in out
+    assert "host canary: none recorded (legacy artifact)" in out
+
+
+def _summary_rows(out: str) -> dict[str, list[str]]:
+    """The point-summary rows `sdbench show` printed: point -> n, median ms, CI half width
+    %, cv %, min ms, max ms, stop, canary spread %."""
     rows = out.split(SUMMARY_HEADER, 1)[1].splitlines()[1:]
-    return {name: [float(x) for x in values]
-            for name, *values in (row.split() for row in rows if row.strip())}
+    return {name: values for name, *values in (row.split() for row in rows if row.strip())}
 
 
-def _printed(summary: dict) -> list[float]:
+def _printed(summary: dict) -> list[str]:
     """A summary of the artifact as show rounds it."""
-    return [summary["samples"], round(summary["median_seconds"] * 1e3, 3),
-            round(summary["cv"] * 100, 2), round(summary["min_seconds"] * 1e3, 3),
-            round(summary["max_seconds"] * 1e3, 3)]
+    def pct(value, digits=2):
+        return "-" if value is None else f"{100 * value:.{digits}f}"
+    return [str(summary["samples"]), f"{summary['median_seconds'] * 1e3:.3f}",
+            pct(summary["median_half_width"]), pct(summary["cv"]),
+            f"{summary['min_seconds'] * 1e3:.3f}", f"{summary['max_seconds'] * 1e3:.3f}",
+            summary["stop"], pct(summary["canary_spread"], 1)]
 
 
-def test_show_prints_each_points_repeat_summary(capsys):
-    assert main(["show", str(REAL)]) == 0
-    rows = _summary_rows(capsys.readouterr().out)
-    summaries = json.loads(REAL.read_text())["summaries"]
-    assert len(rows) == len(summaries) == 12
-    for s in summaries:
-        assert rows[f"{s['phase']}[{s['point_index']}]"] == _printed(s)
-
-
-def test_show_prints_the_spread_of_repeats(tmp_path, capsys):
-    """Three repeats of unequal times: median, min and max differ, and the CV is not 0."""
-    data = forge.cohere(forge.repeat_points(json.loads(REAL.read_text()), (1.5, 0.8)))
-    path = tmp_path / "repeated.json"
-    path.write_text(json.dumps(data))
+@pytest.mark.parametrize("path", [ROUNDS, REAL], ids=["v5-rounds", "v4-legacy"])
+def test_show_prints_each_points_summary(path, capsys):
     assert main(["show", str(path)]) == 0
     rows = _summary_rows(capsys.readouterr().out)
-    (summary,) = (s for s in data["summaries"] if (s["phase"], s["point_index"]) ==
-                  ("decode", 1))
-    n, median, cv, low, high = rows["decode[1]"]
-    assert n == 3
-    assert low < median < high
-    assert cv > 0
-    assert rows["decode[1]"] == _printed(summary)
+    summaries = validate_path(path).artifact.summaries
+    assert len(rows) == len(summaries) == 12
+    for s in summaries:
+        assert rows[f"{s.phase}[{s.point_index}]"] == _printed(dataclasses.asdict(s))
+
+
+def test_show_prints_the_dispersion_across_rounds(capsys):
+    """Three rounds of unequal times: median, min and max differ, the CV and the median's
+    CI are not 0, and the point says why it stopped."""
+    assert main(["show", str(ROUNDS)]) == 0
+    rows = _summary_rows(capsys.readouterr().out)
+    n, median, ci, cv, low, high, stop, canary = rows["decode[1]"]
+    assert n == "3"
+    assert float(low) < float(median) < float(high)
+    assert float(cv) > 0
+    assert float(ci) > 0
+    assert stop == "fixed_rounds"
+    assert float(canary) >= 0
 
 
 def test_compare_fails_on_regression(tmp_path, capsys):
-    slower = json.loads(REAL.read_text())
-    forge.scale_times(slower, 1.5)
-    forge.cohere(slower)   # sums, summaries and digests follow the slower steps
-    path = tmp_path / "slower.json"
-    path.write_text(json.dumps(slower))
-    assert main(["compare", str(REAL), str(path), "--fail-above", "10"]) == 1
+    from .test_compare import _controlled, _write
+    base = _write(tmp_path, "base.json", _controlled())
+    slower = _write(tmp_path, "slower.json", _controlled(scale=1.5))
+    assert main(["compare", str(base), str(slower), "--fail-above", "10"]) == 1
     assert "median change +50.0%" in capsys.readouterr().out
-    assert main(["compare", str(REAL), str(REAL), "--fail-above", "10"]) == 0
+    assert main(["compare", str(base), str(base), "--fail-above", "10"]) == 0
 
 
 def _sdbench() -> str:

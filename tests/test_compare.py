@@ -1,179 +1,287 @@
-"""`sdbench compare` as a gate, on constructed variants of a real CPU artifact: the noise
-rule (stated floor for single samples, the repeats' spread otherwise), missing points,
-partial status, another mode, contention, prefill and decode apart, the output formats, and
-exit codes 0 / 1 / 2."""
+"""`sdbench compare` as a gate, on constructed variants of a real CPU artifact (schema v5,
+3 rounds): the noise rule (the dispersion across rounds, floored by the phase's typical CV),
+noise it cannot judge (one round, back-to-back repeats, legacy) unless --noise-floor states
+it, a host that ran slower told from a regression, missing points, partial status, another
+mode, contention, prefill and decode apart, the output formats (one set of columns), and
+exit codes 0 / 1 / 2. The gate on real collections of the engine: test_compare_gate.py."""
 
-import copy
 import csv
 import dataclasses
 import io
 import json
+import math
+import re
+import statistics
+from types import SimpleNamespace
 
 import pytest
 
 from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.artifact.build import summaries as summarize_points
 from pytest_sdbench.cli import main
 from pytest_sdbench.compare import (
+    COLUMNS,
+    HOST_SLOWER,
     IMPROVED,
+    LABELS,
     MISSING_IN_CANDIDATE,
-    NOISE_FLOOR_PCT,
+    NOISE_UNKNOWN,
+    NOISE_Z,
     OK,
     REGRESSED,
     compare,
+    median_noise,
     render,
 )
 from pytest_sdbench.wire import typed
-from pytest_sdbench.wire.model import Artifact, RunEnvironment
+from pytest_sdbench.wire.contract import (
+    CANARY_WORKLOAD,
+    MEDIAN_SE_FACTOR,
+    MIN_ROUNDS_FOR_NOISE,
+    REPEAT_BACK_TO_BACK,
+)
+from pytest_sdbench.wire.model import Artifact, RunEnvironment, SkippedPoint
+from pytest_sdbench.wire.rounds import canary_readings, canary_spread
 
+from . import forge
 from .conftest import FIXTURES
 
-REAL = FIXTURES / "cpu-agg-v4.json"
+REAL = FIXTURES / "cpu-agg-v5.json"
+LEGACY = FIXTURES / "cpu-agg-v4.json"
 
 
-def _data() -> dict:
-    return json.loads(REAL.read_text())
+def _real() -> Artifact:
+    return typed.decode(Artifact, json.loads(REAL.read_text()))
 
 
-def _write(tmp_path, name: str, data: dict):
+def _rebuilt(a: Artifact, seconds=None, canary=None, rounds: int | None = None) -> Artifact:
+    """`a` with each observation's time `seconds(o)`, each canary reading's python time
+    `canary(i, reading)` (i: its place in time order), and only its first `rounds` rounds;
+    everything derived recomputed by the wire format's and the builder's own definitions."""
+    keep = len(a.rounds) if rounds is None else rounds
+
+    def retimed(o):
+        return o if seconds is None else dataclasses.replace(
+            o, timing=dataclasses.replace(o.timing, seconds=seconds(o)))
+    prefill = tuple(retimed(o) for o in a.prefill if o.round < keep)
+    decode = tuple(retimed(o) for o in a.decode if o.round < keep)
+    place = iter(range(2 * keep))
+
+    def reread(sample):
+        return sample if canary is None or sample is None else dataclasses.replace(
+            sample, python_seconds=canary(next(place), sample))
+    kept = tuple(dataclasses.replace(r, canary_before=reread(r.canary_before),
+                                     canary_after=reread(r.canary_after))
+                 for r in a.rounds[:keep])
+    policy = a.measurement_policy if rounds is None else dataclasses.replace(
+        a.measurement_policy, repeats=keep)
+    result = SimpleNamespace(prefill=prefill, decode=decode, repeats=policy.repeats,
+                             until_pinned=policy.until_pinned, rounds=kept)
+    return dataclasses.replace(
+        a, prefill=prefill, decode=decode, rounds=kept, measurement_policy=policy,
+        summaries=summarize_points(result),
+        host_canary=canary_spread(CANARY_WORKLOAD, canary_readings(kept)),
+        measured_seconds=math.fsum(o.timing.seconds for o in (*prefill, *decode)))
+
+
+def _medians(a: Artifact) -> dict[tuple[str, int], float]:
+    return {(s.phase, s.point_index): s.median_seconds for s in a.summaries}
+
+
+def _phase(o) -> str:
+    return "decode" if hasattr(o, "step_index") else "prefill"
+
+
+def _controlled(factors=(0.98, 1.0, 1.02), scale=1.0, canary_ms=1.0, where=None,
+                base: Artifact | None = None) -> Artifact:
+    """The real artifact with known dispersion: each point's sample of round r is its real
+    median x factors[r] (x scale, for the points `where(phase, index)` selects, all by
+    default), each canary reading canary_ms (+-1%, alternating)."""
+    a = base or _real()
+    medians = _medians(a)
+
+    def seconds(o):
+        chosen = where is None or where(_phase(o), o.point_index)
+        return medians[(_phase(o), o.point_index)] * factors[o.round] * (scale if chosen
+                                                                         else 1.0)
+    return _rebuilt(a, seconds=seconds,
+                    canary=lambda i, _: canary_ms * 1e-3 * (0.99 if i % 2 else 1.01))
+
+
+def _without_point(a: Artifact, phase: str, index: int) -> Artifact:
+    """The artifact a collection that lost one point writes: skipped, status partial."""
+    gone = _rebuilt(dataclasses.replace(a, **{phase: tuple(
+        o for o in getattr(a, phase) if o.point_index != index)}))
+    coverage = dataclasses.replace(
+        a.coverage, completed=a.coverage.completed - 1, skipped=a.coverage.skipped + 1,
+        skipped_points=(*a.coverage.skipped_points,
+                        SkippedPoint(phase, index, "not reached: KeyboardInterrupt")))
+    return dataclasses.replace(gone, coverage=coverage, status="partial")
+
+
+def _data(a: Artifact) -> dict:
+    data = typed.encode(a)
+    forge.retime(data)   # timed and elapsed at least the measured sum, as a collection's
+    return data
+
+
+def _write(tmp_path, name: str, a: Artifact):
     path = tmp_path / name
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(_data(a)))
     return path
 
 
-def _scaled(data: dict, factor: float, phase: str | None = None, index: int | None = None):
-    out = copy.deepcopy(data)
-    for ph in ("prefill", "decode"):
-        for o in out[ph]:
-            if (phase in (None, ph)) and index in (None, o["point_index"]):
-                o["timing"]["seconds"] *= factor
-        for s in out["summaries"]:
-            if s["phase"] == ph and (phase in (None, ph)) and index in (None, s["point_index"]):
-                for key in ("median_seconds", "mean_seconds", "min_seconds", "max_seconds"):
-                    s[key] *= factor
-    # the validator holds measured_seconds to the sum of the retained steps (timed_seconds,
-    # 3.5 s in the fixture, still covers the 0.2 s of steps at 1.5x)
-    out["measured_seconds"] = sum(o["timing"]["seconds"] for ph in ("prefill", "decode")
-                                  for o in out[ph])
-    return out
+def test_the_fixture_is_a_clean_v5_collection_in_rounds():
+    a = _real()
+    assert validate_data(json.loads(REAL.read_text())).ok
+    assert len(a.rounds) >= MIN_ROUNDS_FOR_NOISE
+    assert a.environment is not None
+    assert not a.environment.contended
+    assert a.host_canary is not None
 
 
-def _without_point(data: dict, phase: str, index: int) -> dict:
-    """The artifact a collection that lost one point writes: the point skipped, status
-    partial; it still validates."""
-    out = copy.deepcopy(data)
-    out[phase] = [o for o in out[phase] if o["point_index"] != index]
-    out["summaries"] = [s for s in out["summaries"]
-                        if (s["phase"], s["point_index"]) != (phase, index)]
-    cov = out["coverage"]
-    cov["skipped_points"].append({"phase": phase, "point_index": index,
-                                  "reason": "not reached: KeyboardInterrupt"})
-    cov["completed"] -= 1
-    cov["skipped"] += 1
-    out["status"] = "partial"
-    out["measured_seconds"] = sum(o["timing"]["seconds"] for ph in ("prefill", "decode")
-                                  for o in out[ph])
-    return out
-
-
-def _artifact(data: dict) -> Artifact:
-    return typed.decode(Artifact, data)
-
-
-def test_the_constructed_partial_candidate_is_a_valid_artifact():
-    report = validate_data(_without_point(_data(), "decode", 2))
-    assert report.ok, report.errors
-    assert report.artifact.status == "partial"
-
-
-@pytest.mark.parametrize("factor", [1.5, 0.5])
-def test_the_constructed_scaled_candidates_are_valid_artifacts(factor):
-    report = validate_data(_scaled(_data(), factor))
+@pytest.mark.parametrize("variant", [
+    lambda: _rebuilt(_real(), seconds=lambda o: o.timing.seconds * 1.5),
+    lambda: _rebuilt(_real(), rounds=1),
+    lambda: _controlled(),
+    lambda: _controlled(scale=2.0, canary_ms=1.3),
+    lambda: _without_point(_real(), "decode", 2),
+], ids=["scaled", "one-round", "controlled", "slower-host", "partial"])
+def test_the_constructed_variants_are_valid_artifacts(variant):
+    report = validate_data(_data(variant()))
     assert report.ok, report.errors
 
 
-def test_identical_artifacts_pass_and_state_the_noise_rule(capsys):
+def test_identical_artifacts_pass_and_state_the_rules(capsys):
     assert main(["compare", str(REAL), str(REAL)]) == 0
     out = capsys.readouterr().out
     assert "prefill: 8/8 points compared, median change +0.0%, 0 regressed" in out
     assert "decode: 4/4 points compared, median change +0.0%, 0 regressed" in out
-    assert "noise rule:" in out
-    assert "stated floor" in out
+    assert f"noise rule: with >= {MIN_ROUNDS_FOR_NOISE} rounds on both sides" in out
+    assert f"z = {NOISE_Z:g}" in out
+    assert "the hosts ran alike" in out
+    assert "baseline repeats: 3 round(s) of the grid" in out
     assert out.rstrip().endswith("PASS: no point slower beyond its noise and 0% (12 points)")
 
 
-def test_single_samples_are_judged_against_the_stated_floor(tmp_path, capsys):
-    floor = NOISE_FLOOR_PCT["cpu"]
-    within = _write(tmp_path, "within.json", _scaled(_data(), 1 + (floor - 5) / 100,
-                                                     "decode", 1))
-    assert main(["compare", str(REAL), str(within)]) == 0
-    assert "(floor)" in capsys.readouterr().out
-    # The same change against a stated floor of 10%: a regression, named.
-    assert main(["compare", str(REAL), str(within), "--noise-floor", "10"]) == 1
-    out = capsys.readouterr().out
-    assert "B=1 ctx=512 K=3 AL=natural" in out
-    assert "regressed" in out
-    assert "FAIL: 1 point(s) regressed" in out
+def test_the_noise_is_the_dispersion_across_rounds():
+    base = _controlled((0.95, 1.0, 1.05))
+    cv = statistics.stdev((0.95, 1.0, 1.05)) / 1.0
+    want = 100 * NOISE_Z * MEDIAN_SE_FACTOR * math.sqrt(2 * cv ** 2 / 3)
+    assert want == pytest.approx(100 * median_noise(NOISE_Z, cv, 3, cv, 3))
+    within = compare(base, _controlled((0.95, 1.0, 1.05), scale=1 + (want - 2) / 100))
+    assert {p.noise_source for p in within.points} == {"rounds"}
+    assert all(p.noise_pct == pytest.approx(want, abs=0.01) for p in within.points)
+    assert {p.verdict for p in within.points} == {OK}
+    assert not within.failed
+    beyond = compare(base, _controlled((0.95, 1.0, 1.05), scale=1 + (want + 2) / 100))
+    assert {p.verdict for p in beyond.points} == {REGRESSED}
+    assert beyond.failed
+    faster = compare(base, _controlled((0.95, 1.0, 1.05), scale=1 - (want + 2) / 100))
+    assert {p.verdict for p in faster.points} == {IMPROVED}
+    assert not faster.failed
 
 
-def test_a_regression_beyond_the_noise_fails_and_an_improvement_does_not(tmp_path, capsys):
-    slower = _write(tmp_path, "slower.json", _scaled(_data(), 1.5))
-    assert main(["compare", str(REAL), str(slower)]) == 1
-    out = capsys.readouterr().out
-    assert "FAIL: 12 point(s) regressed" in out
-    assert "prefill: 8/8 points compared, median change +50.0%, 8 regressed" in out
-    faster = _write(tmp_path, "faster.json", _scaled(_data(), 0.5))
-    assert main(["compare", str(REAL), str(faster)]) == 0
-    assert "12 improved" not in capsys.readouterr().out  # per phase: 8 and 4
-    result = compare(_artifact(_data()), _artifact(_scaled(_data(), 0.5)))
-    assert {p.verdict for p in result.points} == {IMPROVED}
+def test_a_point_whose_samples_happen_to_agree_is_judged_by_its_phases_typical_cv():
+    """decode[1]'s three samples agree exactly (CV 0): alone they would make a 5% change a
+    regression; its phase's typical CV (10%) is its noise instead."""
+    real = _real()
+    medians = _medians(real)
 
-
-def test_fail_above_raises_the_bar_over_the_noise(tmp_path, capsys):
-    slower = _write(tmp_path, "slower.json", _scaled(_data(), 1.5))
-    assert main(["compare", str(REAL), str(slower), "--fail-above", "60"]) == 0
-    assert "PASS" in capsys.readouterr().out
-
-
-def _with_repeats(data: dict, factors: tuple[float, ...]) -> Artifact:
-    """The artifact with each observation repeated at the given factors of its time."""
-    a = _artifact(data)
-    def spread(observations):
-        return tuple(dataclasses.replace(o, repeat=r, timing=dataclasses.replace(
-            o.timing, seconds=o.timing.seconds * f)) for o in observations
-            for r, f in enumerate(factors))
-    return dataclasses.replace(a, prefill=spread(a.prefill), decode=spread(a.decode))
-
-
-def test_with_repeats_the_measured_spread_is_the_noise():
-    base = _with_repeats(_data(), (0.98, 1.0, 1.02))     # 4% spread
-    steady = _with_repeats(_data(), (1.05, 1.07, 1.09))  # +7% > the 4% spread
-    result = compare(base, steady)
-    assert {p.noise_source for p in result.points} == {"repeats"}
-    assert all(p.noise_pct == pytest.approx(4.0, abs=0.01) for p in result.points)
-    assert {p.verdict for p in result.points} == {REGRESSED}
-    assert result.failed
-    noisy = _with_repeats(_data(), (0.9, 1.07, 1.3))     # +7% median, 40% spread
-    result = compare(base, noisy)
-    assert {p.verdict for p in result.points} == {OK}
+    def lucky(scale: float) -> Artifact:
+        def seconds(o):
+            factor = 1.0 if (_phase(o), o.point_index) == ("decode", 1) else \
+                (0.9, 1.0, 1.1)[o.round]
+            return medians[(_phase(o), o.point_index)] * factor * (
+                scale if (_phase(o), o.point_index) == ("decode", 1) else 1.0)
+        return _rebuilt(real, seconds=seconds, canary=lambda i, _: 1e-3)
+    result = compare(lucky(1.0), lucky(1.05))
+    (point,) = [p for p in result.points if p.phase == "decode" and p.coordinates.startswith(
+        "B=1 ctx=512")]
+    assert point.base_cv_pct == point.cand_cv_pct == 0.0
+    assert result.typical_cv_pct["decode"] == {"baseline": 10.0, "candidate": 10.0}
+    assert point.noise_pct == pytest.approx(100 * median_noise(NOISE_Z, 0.1, 3, 0.1, 3),
+                                            abs=0.01)
+    assert point.verdict == OK
     assert not result.failed
 
 
+def test_fewer_rounds_cannot_judge_noise_unless_a_floor_is_stated(tmp_path, capsys):
+    one = _write(tmp_path, "one-round.json", _rebuilt(_real(), rounds=1))
+    assert main(["compare", str(one), str(REAL)]) == 1
+    out = capsys.readouterr().out
+    assert "problem: cannot judge noise: the baseline took 1 round(s)." in out
+    assert f"collect each with --repeats {MIN_ROUNDS_FOR_NOISE} or more" in out
+    assert "--noise-floor PCT" in out
+    result = compare(_rebuilt(_real(), rounds=1), _real())
+    assert {p.verdict for p in result.points} == {NOISE_UNKNOWN}
+    assert main(["compare", str(one), str(REAL), "--noise-floor", "500"]) == 0
+    out = capsys.readouterr().out
+    assert "cannot judge" not in out
+    assert "500.0%  floor" in out
+    # a legacy (v4) artifact and back-to-back repeats alike
+    assert main(["compare", str(LEGACY), str(LEGACY)]) == 1
+    assert "the baseline is a legacy artifact (repeats taken back to back, no rounds)" in \
+        capsys.readouterr().out
+    assert main(["compare", str(LEGACY), str(LEGACY), "--noise-floor", "35"]) == 0
+    capsys.readouterr()
+    real = _real()
+    back_to_back = dataclasses.replace(real, measurement_policy=dataclasses.replace(
+        real.measurement_policy, repeat_order=REPEAT_BACK_TO_BACK, order_seed=None))
+    (problem,) = compare(real, back_to_back).problems
+    assert problem.startswith("cannot judge noise: the candidate took its repeats back to "
+                              "back")
+
+
+def test_a_host_that_ran_slower_is_told_from_a_regression(tmp_path, capsys):
+    """Samples +-2% (noise ~7%); the candidate's canary 30% slower: a point 25% slower is
+    host_slower (the gate passes and says why); one 60% slower is regressed."""
+    base = _write(tmp_path, "base.json", _controlled())
+    host = _write(tmp_path, "host.json", _controlled(scale=1.25, canary_ms=1.3))
+    assert main(["compare", str(base), str(host)]) == 0
+    out = capsys.readouterr().out
+    assert "python loop 1.000 -> 1.300 ms (+30.0%" in out
+    assert "the candidate's host ran slower by 30.0%" in out
+    assert "12 point(s) host_slower" in out
+    assert out.rstrip().splitlines()[-1].startswith("PASS")
+    result = compare(typed.decode(Artifact, json.loads(base.read_text())),
+                     typed.decode(Artifact, json.loads(host.read_text())))
+    assert {p.verdict for p in result.points} == {HOST_SLOWER}
+    assert result.host.slowdown_pct == pytest.approx(30.0)
+    worse = _write(tmp_path, "worse.json", _controlled(
+        scale=1.6, canary_ms=1.3, where=lambda phase, i: phase == "decode" and i == 3))
+    assert main(["compare", str(base), str(worse)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: 1 point(s) regressed (decode B=4 ctx=512 K=3 AL=natural +60.0%)" in out
+    # the same 25% on a host that ran alike: a regression
+    alike = _write(tmp_path, "alike.json", _controlled(scale=1.25))
+    assert main(["compare", str(base), str(alike)]) == 1
+    assert "the hosts ran alike" in capsys.readouterr().out
+
+
+def test_fail_above_raises_the_bar_over_the_noise():
+    base, slower = _controlled(), _controlled(scale=1.5)
+    assert compare(base, slower).failed
+    assert not compare(base, slower, fail_above_pct=60).failed
+
+
 def test_a_partial_candidate_fails_and_names_the_missing_point(tmp_path, capsys):
-    partial = _write(tmp_path, "partial.json", _without_point(_data(), "decode", 2))
+    partial = _write(tmp_path, "partial.json", _without_point(_real(), "decode", 2))
     assert main(["compare", str(REAL), str(partial)]) == 1
     out = capsys.readouterr().out
     assert "candidate: status partial (11/12 points measured)" in out
     assert ("decode B=4 ctx=128 K=3 AL=natural: missing in the candidate (not reached: "
             "KeyboardInterrupt)") in out
-    result = compare(_artifact(_data()), _artifact(_without_point(_data(), "decode", 2)))
+    result = compare(_real(), _without_point(_real(), "decode", 2))
     (missing,) = [p for p in result.points if p.verdict == MISSING_IN_CANDIDATE]
     assert missing.phase == "decode"
     assert missing.coordinates == "B=4 ctx=128 K=3 AL=natural"
 
 
-def test_another_mode_device_or_k_is_named():
-    base = _artifact(_data())
-    decode_only = dataclasses.replace(base, mode="decode", prefill=())
+def test_another_mode_or_k_is_named():
+    base = _real()
+    decode_only = dataclasses.replace(base, mode="decode", prefill=(), summaries=tuple(
+        s for s in base.summaries if s.phase == "decode"))
     result = compare(base, decode_only)
     assert "mode differs: baseline agg, candidate decode" in result.problems
     assert sum("missing in the candidate" in p for p in result.problems) == 8
@@ -183,7 +291,7 @@ def test_another_mode_device_or_k_is_named():
 
 
 def test_a_contended_or_unknown_environment_fails_the_gate():
-    base = _artifact(_data())
+    base = _real()
     contended = dataclasses.replace(base, environment=RunEnvironment(
         cpu_count=2, other_cpu_cores=1.0, other_sdbench_engines=1, other_gpu_processes=None,
         contended=True, reason="1 other sdbench engine(s) alive on this host"))
@@ -191,44 +299,67 @@ def test_a_contended_or_unknown_environment_fails_the_gate():
     assert result.failed
     assert result.problems == [
         "candidate: ran contended (1 other sdbench engine(s) alive on this host)"]
-    legacy = dataclasses.replace(base, environment=None)
-    assert compare(legacy, base).problems == [
+    unknown = dataclasses.replace(base, environment=None)
+    assert compare(unknown, base).problems == [
         "baseline: no run environment recorded (legacy artifact), so contention is unknown"]
 
 
-def test_output_formats(tmp_path, capsys):
-    partial = _write(tmp_path, "partial.json", _without_point(_data(), "decode", 2))
-    assert main(["compare", str(REAL), str(partial), "--format", "json"]) == 1
-    report = json.loads(capsys.readouterr().out)
+def test_every_format_carries_the_same_columns_and_verdicts(tmp_path, capsys):
+    base = _write(tmp_path, "base.json", _controlled())
+    cand = _write(tmp_path, "cand.json", _without_point(_controlled(
+        scale=1.5, where=lambda phase, i: phase == "prefill" and i == 0), "decode", 2))
+    outputs = {}
+    for fmt in ("text", "markdown", "csv", "json"):
+        assert main(["compare", str(base), str(cand), "--format", fmt]) == 1
+        outputs[fmt] = capsys.readouterr().out
+    report = json.loads(outputs["json"])
     assert report["verdict"] == "fail"
-    assert report["phases"]["decode"] == {"points": 4, "compared": 3, "median_change_pct": 0.0,
-                                          "regressed": 0, "improved": 0, "missing": 1}
-    assert len(report["points"]) == 12
-    assert "noise rule" in report["noise_rule"]
-    assert main(["compare", str(REAL), str(partial), "--format", "csv"]) == 1
-    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert [r["verdict"] for r in rows].count(MISSING_IN_CANDIDATE) == 1
-    gate = [r["note"] for r in rows if r["phase"] == "gate"]
-    assert "candidate: status partial (11/12 points measured)" in gate
-    assert main(["compare", str(REAL), str(REAL), "--format", "markdown"]) == 0
-    out = capsys.readouterr().out
-    assert "| coordinates | base ms | cand ms |" in out
-    assert "### decode:" in out
-    assert out.rstrip().endswith("**")
+    assert [list(p) for p in report["points"]] == [list(COLUMNS)] * 12
+    assert report["phases"]["decode"]["missing"] == 1
+    assert report["host"]["slowdown_pct"] == 0.0
+    assert report["noise_z"] == NOISE_Z
+    rows = list(csv.DictReader(io.StringIO(outputs["csv"])))
+    assert tuple(rows[0]) == COLUMNS
+    points = [r for r in rows if r["phase"] in ("prefill", "decode")]
+    assert [r["verdict"] for r in points] == [p["verdict"] for p in report["points"]]
+    assert [r["note"] for r in rows if r["phase"] == "gate"] == report["problems"]
+    assert [r["phase"] for r in rows if r["phase"] not in ("prefill", "decode")] == \
+        ["host", *["gate"] * len(report["problems"])]
+    header = [LABELS[c] for c in COLUMNS if c != "phase"]
+    assert "| " + " | ".join(header) + " |" in outputs["markdown"]
+    (text_header, *_) = [line for line in outputs["text"].splitlines()
+                         if line.startswith(header[0])]
+    assert re.split(r"\s{2,}", text_header) == header
+    for p in report["points"]:
+        for fmt in ("text", "markdown"):
+            assert p["verdict"] in outputs[fmt]
+    regressed = [p for p in report["points"] if p["verdict"] == REGRESSED]
+    assert [(p["phase"], p["coordinates"]) for p in regressed] == [
+        ("prefill", "B=1 new=64 prefix=0")]
+    for fmt in ("text", "markdown"):
+        assert report["verdict_line"] in outputs[fmt]
+    assert outputs["markdown"].rstrip().endswith("**")
 
 
 def test_unusable_input_exits_2(tmp_path, capsys):
     (tmp_path / "text.json").write_text("not json")
     assert main(["compare", str(REAL), str(tmp_path / "text.json")]) == 2
     assert main(["compare", str(tmp_path / "absent.json"), str(REAL)]) == 2
-    broken = _data()
+    broken = json.loads(REAL.read_text())
     broken["decode"][0]["timing"]["source"] = "cuda_event"
-    assert main(["compare", str(REAL), str(_write(tmp_path, "bad.json", broken))]) == 2
+    assert main(["compare", str(REAL), str(_write_dict(tmp_path, "bad.json", broken))]) == 2
     assert "is not a valid artifact" in capsys.readouterr().err
 
 
+def _write_dict(tmp_path, name: str, data: dict):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
 def test_render_text_lists_prefill_and_decode_apart():
-    text = render(compare(_artifact(_data()), _artifact(_scaled(_data(), 1.5, "decode"))))
+    text = render(compare(_controlled(), _controlled(
+        scale=1.5, where=lambda phase, i: phase == "decode")))
     prefill, decode = text.index("prefill:"), text.index("decode:")
     assert prefill < decode
     assert "prefill: 8/8 points compared, median change +0.0%, 0 regressed" in text

@@ -11,12 +11,24 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.plot import MIXED_MARKER, PlotPoint, phase_figure, plot_points
+from pytest_sdbench.compare import HOST_SLOWER, OK, REGRESSED, VERDICTS, compare
+from pytest_sdbench.plot import (
+    MIXED_MARKER,
+    VERDICT_COLORS,
+    PlotPoint,
+    canary_figure,
+    compare_figure,
+    phase_figure,
+    plot_points,
+)
+from pytest_sdbench.wire.contract import STOP_FIXED
 from pytest_sdbench.wire.model import summarize
+from pytest_sdbench.wire.rounds import canary_readings
 
 from .conftest import FIXTURES
 
-REAL = FIXTURES / "cpu-agg-v4.json"
+REAL = FIXTURES / "cpu-agg-v4.json"      # legacy: back-to-back repeats, no canary
+ROUNDS = FIXTURES / "cpu-agg-v5.json"    # 3 rounds, host canary
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -37,20 +49,47 @@ def _self_contained(page: str) -> None:
 
 def test_plot_writes_pngs_and_one_self_contained_page(drawing, tmp_path, capsys):
     out = tmp_path / "plots"
-    assert main(["plot", str(REAL), "--out", str(out)]) == 0
+    assert main(["plot", str(ROUNDS), "--out", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["cpu-agg-v4-decode.png", "cpu-agg-v4-prefill.png", "sdbench-plots.html"]
-    for name in names[:2]:
+    assert names == ["cpu-agg-v5-canary.png", "cpu-agg-v5-decode.png", "cpu-agg-v5-prefill.png",
+                     "sdbench-plots.html"]
+    for name in names[:3]:
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
     page = (out / "sdbench-plots.html").read_text()
     _self_contained(page)
-    assert page.count("<img") == 2
-    # the table: a row per point, with its median step time
-    artifact = validate_path(REAL).artifact
+    assert page.count("<img") == 3
+    # the table: a row per point, with its median step time and the CI of its median
+    artifact = validate_path(ROUNDS).artifact
     assert page.count("<tr>") == 1 + len(artifact.summaries)
     first = artifact.summaries[0]
     assert f"{1e3 * first.median_seconds:.3f}" in page
+    assert f"<td>{100 * first.median_half_width:.2f}</td>" in page
+    # the page states the repeat policy and the host canary
+    assert "repeats: 3 round(s) of the grid, each in a fresh order drawn from seed 0" in page
+    assert "host canary: python loop" in page
     assert f"wrote {out / 'sdbench-plots.html'}" in capsys.readouterr().out
+
+
+def test_a_legacy_artifact_draws_no_canary_and_says_so(drawing, tmp_path):
+    out = tmp_path / "plots"
+    assert main(["plot", str(REAL), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "cpu-agg-v4-decode.png", "cpu-agg-v4-prefill.png", "sdbench-plots.html"]
+    page = (out / "sdbench-plots.html").read_text()
+    assert "taken back to back (legacy artifact: no rounds and no host canary recorded)" in page
+    assert "host canary: none recorded" in page
+
+
+def test_the_canary_figure_draws_every_reading_in_time_order(drawing):
+    artifact = validate_path(ROUNDS).artifact
+    fig = canary_figure(artifact, "canary")
+    (ax,) = fig.axes                   # CPU: the python loop only
+    line, *round_marks = ax.get_lines()
+    assert len(round_marks) == len(artifact.rounds) - 1    # a mark between two rounds
+    readings = canary_readings(artifact.rounds)
+    assert list(line.get_ydata()) == pytest.approx([1e3 * r.python_seconds for r in readings])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["round 0", "round 1", "round 2"]
+    assert canary_figure(validate_path(REAL).artifact, "legacy") is None
 
 
 def test_plot_refuses_an_invalid_artifact_in_one_line(tmp_path, capsys):
@@ -78,32 +117,56 @@ def test_plot_without_matplotlib_says_so_in_one_line(tmp_path, capsys, monkeypat
 
 
 def test_compare_draws_the_per_point_change(drawing, tmp_path, capsys):
-    data = json.loads(REAL.read_text())
-    cand_path = tmp_path / "cand.json"
-    shutil.copy(REAL, cand_path)
+    from .test_compare import _controlled, _write
+    base = _write(tmp_path, "base.json", _controlled())
+    cand = _write(tmp_path, "cand.json", _controlled(
+        scale=2.0, where=lambda phase, i: phase == "decode" and i == 1))
     out = tmp_path / "plots"
-    assert main(["plot", "--compare", str(REAL), str(cand_path), "--out", str(out)]) == 0
-    assert (out / "compare-cpu-agg-v4-vs-cand.png").read_bytes().startswith(PNG_MAGIC)
+    assert main(["plot", "--compare", str(base), str(cand), "--out", str(out)]) == 0
+    assert (out / "compare-base-vs-cand.png").read_bytes().startswith(PNG_MAGIC)
     page = (out / "sdbench-plots.html").read_text()
     _self_contained(page)
-    points = len(data["prefill"]) + len(data["decode"])
-    assert page.count("+0.0</td>") == points          # the same artifact: no change
-    other = json.loads(REAL.read_text())
+    assert page.count("<td>+0.0%</td>") == 11           # the points that did not move
+    assert page.count(f"<td>{REGRESSED}</td>") == 1
+    assert "FAIL: 1 point(s) regressed (decode B=1 ctx=512 K=3 AL=natural +100.0%)" in page
+    assert "noise rule:" in page
+    assert "the hosts ran alike" in page
+    other = json.loads(ROUNDS.read_text())
     other["grid"]["decode"] = other["grid"]["decode"][:1]
     other_path = tmp_path / "other.json"
     other_path.write_text(json.dumps(other))
-    code = main(["plot", "--compare", str(REAL), str(other_path), "--out", str(out)])
+    code = main(["plot", "--compare", str(ROUNDS), str(other_path), "--out", str(out)])
     assert code in (1, 2)     # another grid: refused (the edit also breaks the artifact)
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_comparison_is_coloured_by_the_gates_own_verdicts(drawing):
+    from matplotlib.colors import to_rgba
+
+    from .test_compare import _controlled
+    assert set(VERDICT_COLORS) == set(VERDICTS)
+    for cand, verdicts in ((_controlled(scale=1.25, canary_ms=1.3), {HOST_SLOWER}),
+                           (_controlled(scale=2.0, where=lambda phase, i: i == 0),
+                            {REGRESSED, OK})):
+        result = compare(_controlled(), cand)
+        assert {p.verdict for p in result.points} == verdicts
+        fig = compare_figure(result, "constructed")
+        ax = fig.axes[0]
+        bars = [p for p in ax.patches if type(p).__name__ == "Rectangle"
+                and p.get_height() < 1]   # the barh rectangles (the host band spans the axes)
+        assert [b.get_facecolor() for b in bars] == [
+            pytest.approx(to_rgba(VERDICT_COLORS[p.verdict])) for p in result.points]
+        whiskers = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+        assert len(whiskers) == len(result.points)   # +- each point's noise
 
 
 def _point(index, batch, modes, seconds):
     from pytest_sdbench.wire.points import DecodePoint
     return PlotPoint("decode", index, DecodePoint(batch, 256, 3, None),
-                     summarize("decode", index, seconds), tuple(modes))
+                     summarize("decode", index, seconds, STOP_FIXED, None), tuple(modes))
 
 
-def test_markers_show_the_graph_mode_and_bars_the_spread_of_repeats(drawing):
+def test_markers_show_the_graph_mode_and_bars_the_ci_of_the_median(drawing):
     points = [_point(0, 1, ["full"], [0.003, 0.0032, 0.0031]),
               _point(1, 4, ["full"], [0.004]),
               _point(2, 8, ["eager", "full"], [0.02, 0.004, 0.02])]
@@ -112,9 +175,11 @@ def test_markers_show_the_graph_mode_and_bars_the_spread_of_repeats(drawing):
     fig = phase_figure(points, "decode", "constructed")
     (ax,) = fig.axes
     bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
-    assert len(bars) == 2     # the two points with repeats
+    assert len(bars) == 2     # the two points with more than one sample
     (segment,) = bars[0].lines[2][0].get_segments()
-    assert segment[:, 1].tolist() == pytest.approx([3.0, 3.2])   # min..max in ms
+    half = points[0].summary.median_half_width   # 1.96 * 1.2533 * stdev / sqrt(3) / median
+    assert half == pytest.approx(1.959964 * 1.2533141 * 0.0001 / 3 ** 0.5 / 0.0031, rel=1e-4)
+    assert segment[:, 1].tolist() == pytest.approx([3.1 * (1 - half), 3.1 * (1 + half)])
     assert ax.get_xlabel().startswith("batch")
     assert ax.get_ylabel().startswith("step time")
     assert phase_figure(points, "prefill", "none") is None

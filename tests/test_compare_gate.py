@@ -1,0 +1,190 @@
+"""`sdbench compare` as a gate that can be trusted, on the real CPU engine (issue 17, item
+6): two collections of the same code, in rounds, pass; the same code with a real slowdown
+injected into the engine's step fails, naming the points.
+
+The slowdown is a test-only wrapper, not an edited file: the worker's execute_model and
+sample_tokens (the engine's own step, inside the timed scope) are wrapped so that, when the
+step's last call returns, the step spins for EXTRA times as long as it took, so every step
+of the slowed collection does its real work and then that much again, measured: the wrapper
+records what it added to each native iteration, and the test reports it beside the change
+the gate saw.
+
+All the collections run on the session's one engine (no engine start of their own), one
+after another: the baseline, the same code again, the slowed code. A collection that its
+own host monitor marks contended (another process's work beside it; the gate refuses such
+a side) is collected again, up to ATTEMPTS times; should the host stay contended, the test
+asserts the gate's refusal instead of the verdicts, and says so in the run's summary.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+
+import pytest
+
+from pytest_sdbench.cli import main
+from pytest_sdbench.compare import HOST_SLOWER, IMPROVED, OK, REGRESSED, compare
+from pytest_sdbench.engine import compat
+from pytest_sdbench.observer.observer import STAMP_ATTR
+from pytest_sdbench.points import parse_grid
+from pytest_sdbench.wire.contract import MIN_ROUNDS_FOR_NOISE
+
+pytestmark = pytest.mark.sdbench_engine
+
+# Rounds of each collection, an odd number: the median of 7 holds while 3 of them are
+# disturbed, and the bound is z * 1.2533 * sqrt(2/7) = 2.7 x the CV across rounds. On this
+# 2-core host the tiny preset's steps vary by a CV of ~20% across rounds (the host runs in
+# two speeds, its canary 1.2 or 2.1 ms, and a collection may sit mostly in one), so the
+# bound is ~55%, and the canaries of two collections differ by up to ~40%.
+ROUNDS = 7
+# The injected work, as a multiple of the step's own time: 2 makes each step 3x as long
+# (+200%), unmistakable beside that noise even when the slowed collection runs in the
+# host's faster speed (a doubled step then shows as +40..+70%, within the bound).
+EXTRA = 2.0
+ATTEMPTS = 2
+
+
+@pytest.fixture(scope="module")
+def gate_grid(sdbench_engine):
+    """Five points of both phases, steps of ten to a hundred milliseconds on CPU."""
+    block, k = sdbench_engine.block_size, sdbench_engine.spec.draft_depth
+    al = sdbench_engine.spec.synthetic_acceptance_length
+    return parse_grid({
+        "prefill": [{"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 0},
+                    {"batch_size": 2, "new_tokens": 2 * block, "cached_prefix_tokens": block}],
+        "decode": [{"batch_size": 1, "context_tokens": 128, "draft_depth": k,
+                    "acceptance_length": al},
+                   {"batch_size": 2, "context_tokens": 256, "draft_depth": k,
+                    "acceptance_length": al},
+                   {"batch_size": 4, "context_tokens": 128, "draft_depth": k,
+                    "acceptance_length": al}]})
+
+
+class SlowedStep:
+    """The worker's step made (1 + extra) times as long. A step is execute_model, and when
+    that returns None (sampling and drafting follow) the next sample_tokens: when the step's
+    last call returns, spin for `extra` times the time since execute_model was entered.
+    Installed on the worker's class, so that the instance the engine's restoration check
+    reads is untouched; records the seconds added to each stamped native iteration."""
+
+    def __init__(self, cls, extra: float):
+        self.execute, self.sample, self.extra = cls.execute_model, cls.sample_tokens, extra
+        self.pending: deque[tuple[int | None, float]] = deque()
+        self.added: dict[int, float] = {}
+
+    def _spin(self, iid: int | None, entered: float) -> None:
+        took = time.perf_counter() - entered
+        deadline = time.perf_counter() + self.extra * took
+        while time.perf_counter() < deadline:
+            pass
+        if iid is not None:
+            self.added[iid] = time.perf_counter() - entered - took
+
+    def execute_model(self, worker, scheduler_output, *args, **kwargs):
+        entered = time.perf_counter()
+        output = self.execute(worker, scheduler_output, *args, **kwargs)
+        iid = getattr(scheduler_output, STAMP_ATTR, None)
+        if output is None:
+            self.pending.append((iid, entered))
+        else:
+            self._spin(iid, entered)
+        return output
+
+    def sample_tokens(self, worker, *args, **kwargs):
+        output = self.sample(worker, *args, **kwargs)
+        if self.pending:
+            self._spin(*self.pending.popleft())
+        return output
+
+    def install(self, monkeypatch, cls) -> None:
+        monkeypatch.setattr(cls, "execute_model",
+                            lambda worker, *a, **kw: self.execute_model(worker, *a, **kw))
+        monkeypatch.setattr(cls, "sample_tokens",
+                            lambda worker, *a, **kw: self.sample_tokens(worker, *a, **kw))
+
+
+def _collect(sdbench_collect, grid, note, label: str):
+    """A collection in ROUNDS rounds, collected again (up to ATTEMPTS) while its own host
+    monitor marks it contended."""
+    for attempt in range(1, ATTEMPTS + 1):
+        run = sdbench_collect("agg", grid, repeats=ROUNDS)
+        env = run.artifact.environment
+        if not env.contended:
+            return run
+        note(f"compare gate: the {label} collection ran contended ({env.reason}), attempt "
+             f"{attempt}/{ATTEMPTS}")
+    return run
+
+
+def _contended(*runs) -> bool:
+    return any(r.artifact.environment.contended for r in runs)
+
+
+def _verdicts(result) -> dict[str, str]:
+    return {f"{p.phase} {p.coordinates}": p.verdict for p in result.points}
+
+
+def test_the_gate_passes_the_same_code_and_fails_a_slowed_step_naming_the_points(
+        sdbench_collect, sdbench_engine, gate_grid, monkeypatch, capsys, sdbench_note):
+    base = _collect(sdbench_collect, gate_grid, sdbench_note, "baseline")
+    same = _collect(sdbench_collect, gate_grid, sdbench_note, "same-code")
+    cls = type(compat.worker(sdbench_engine.llm))
+    own = {name: vars(cls).get(name) for name in ("execute_model", "sample_tokens")}
+    slowed_step = SlowedStep(cls, EXTRA)
+    slowed_step.install(monkeypatch, cls)
+    slowed = _collect(sdbench_collect, gate_grid, sdbench_note, "slowed")
+    monkeypatch.undo()
+    assert {name: vars(cls).get(name) for name in own} == own   # the class as it was
+
+    for run in (base, same, slowed):
+        assert len(run.artifact.rounds) == ROUNDS >= MIN_ROUNDS_FOR_NOISE
+    # What the wrapper added to each measured step: its share of the step's time.
+    steps = (*slowed.artifact.prefill, *slowed.artifact.decode)
+    assert all(slowed_step.added.get(o.native_iteration_id, 0) > 0 for o in steps)
+    share = statistics.median(slowed_step.added[o.native_iteration_id] / o.timing.seconds
+                              for o in steps)
+    assert share == pytest.approx(EXTRA / (1 + EXTRA), abs=0.05)   # the step, (1+EXTRA)x
+    added_ms = 1e3 * statistics.median(slowed_step.added[o.native_iteration_id]
+                                       for o in steps)
+
+    # Two collections of the same code: every point within its noise (or within the
+    # host's slowdown); the gate passes, unless a side ran contended: then it refuses.
+    code = main(["compare", str(base.path), str(same.path)])
+    same_text = capsys.readouterr().out
+    same_result = compare(base.artifact, same.artifact)
+    if _contended(base, same):
+        assert code == 1, same_text
+        assert "ran contended" in same_text
+        sdbench_note("compare gate: the same-code pair stayed contended; the gate refused it")
+    else:
+        assert code == 0, same_text
+        assert same_result.problems == [], same_text
+        assert set(_verdicts(same_result).values()) <= {OK, IMPROVED, HOST_SLOWER}, same_text
+        assert same_text.rstrip().splitlines()[-1].startswith("PASS")
+
+    # The slowed code: the gate fails (exit 1), every point regressed and named.
+    assert main(["compare", str(base.path), str(slowed.path)]) == 1
+    slowed_text = capsys.readouterr().out
+    slowed_result = compare(base.artifact, slowed.artifact)
+    if _contended(base, slowed):
+        assert "ran contended" in slowed_text
+        sdbench_note("compare gate: the slowed pair stayed contended; the gate refused it")
+    else:
+        assert slowed_result.problems == [], slowed_text
+        assert set(_verdicts(slowed_result).values()) == {REGRESSED}, slowed_text
+        verdict = slowed_text.rstrip().splitlines()[-1]
+        assert verdict.startswith(f"FAIL: {len(slowed_result.points)} point(s) regressed ")
+        for p in slowed_result.points:
+            assert f"{p.phase} {p.coordinates} {p.change_pct:+.1f}%" in verdict
+
+    changes = [p.change_pct or 0.0 for p in slowed_result.points]
+    same_changes = [p.change_pct or 0.0 for p in same_result.points]
+    sdbench_note(f"compare gate, {ROUNDS} rounds: same code: changes "
+                 f"{min(same_changes):+.1f}..{max(same_changes):+.1f}%, "
+                 f"{len(same_result.regressed)} regressed; slowed step (median "
+                 f"{added_ms:.2f} ms added to a measured step, {100 * share:.0f}% of its "
+                 f"time): changes {min(changes):+.1f}..{max(changes):+.1f}%, "
+                 f"{len(slowed_result.regressed)} regressed")
+    print(same_text, slowed_text, sep="\n\n")
