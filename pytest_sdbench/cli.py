@@ -279,12 +279,14 @@ def _summary_table(a) -> str:
     """Each point's samples summarised (describe.SUMMARY_COLUMNS): n, median, the half
     width of its CI, CV across rounds, min, max, why it stopped, the canary's spread."""
     from .describe import SUMMARY_COLUMNS, SUMMARY_NOTE
-    widths = [max(len(c.label), 7) for c in SUMMARY_COLUMNS]
+    cells = [[c.cell(s) for c in SUMMARY_COLUMNS] for s in a.summaries]
+    widths = [max(len(c.label), *(len(row[i]) for row in cells))
+              for i, c in enumerate(SUMMARY_COLUMNS)]
     lines = [f"{SUMMARY_HEADER:<16} " + " ".join(
         c.label.rjust(w) for c, w in zip(SUMMARY_COLUMNS, widths, strict=True))]
-    for s in a.summaries:
+    for s, row in zip(a.summaries, cells, strict=True):
         lines.append(f"{f'{s.phase}[{s.point_index}]':<16} " + " ".join(
-            c.cell(s).rjust(w) for c, w in zip(SUMMARY_COLUMNS, widths, strict=True)))
+            v.rjust(w) for v, w in zip(row, widths, strict=True)))
     return "\n".join([f"({SUMMARY_NOTE})", *lines])
 
 
