@@ -237,7 +237,7 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
     assert result.returncode == 0, result.stderr[-2000:]
     (artifact,) = (tmp_path / "out").glob("sdbench-agg-*.json")
     assert f"wrote {artifact}" in result.stdout
-    assert "sdbench [2/2] done" in result.stderr
+    assert "sdbench [4/4] done" in result.stderr   # 2 points: a warm-up and a sample each
     assert main(["validate", str(artifact)]) == 0
     data = json.loads(artifact.read_text())
     identity = data["identity"]

@@ -199,14 +199,20 @@ def test_rounds_spread_a_points_samples_over_the_collection(sdbench_collect, sma
 
 def test_back_to_back_repeats_stay_an_explicit_policy(sdbench_collect, small_grid):
     from pytest_sdbench.wire.rounds import RepeatPlan
-    run = sdbench_collect("prefill", small_grid, repeats=RepeatPlan(2, "back_to_back"))
+    run = sdbench_collect("agg", small_grid, repeats=RepeatPlan(2, "back_to_back"))
     a = run.artifact
     assert a.status == STATUS_COMPLETE
+    assert validate_data(typed.encode(a)).ok
     assert a.measurement_policy.repeat_order == "back_to_back"
     assert a.measurement_policy.order_seed is None
-    (_only,) = a.rounds
-    ids = [(o.point_index, o.native_iteration_id) for o in a.prefill]
-    assert [i for i, _ in sorted(ids, key=lambda x: x[1])] == [0, 0, 1, 1]   # repeats together
+    (only,) = a.rounds
+    assert [(r.phase, r.point_index) for r in only.order] == [
+        ("prefill", 0), ("prefill", 1), ("decode", 0), ("decode", 1)]   # grid order
+    taken = sorted((o.native_iteration_id, p, o.point_index)
+                   for p in ("prefill", "decode") for o in getattr(a, p))
+    assert [(p, i) for _, p, i in taken] == [   # each point's repeats together
+        ("prefill", 0), ("prefill", 0), ("prefill", 1), ("prefill", 1),
+        ("decode", 0), ("decode", 0), ("decode", 1), ("decode", 1)]
 
 
 def test_until_pinned_takes_rounds_where_the_noise_is(sdbench_collect, small_grid):

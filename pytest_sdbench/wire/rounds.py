@@ -42,11 +42,16 @@ from .contract import (
 )
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class PointRef:
-    """A point of the grid by phase and index (prefill sorts before decode)."""
+    """A point of the grid by phase and index; sorts in grid order (prefill before decode,
+    then by index)."""
     phase: Phase
     point_index: int
+
+    def __lt__(self, other: PointRef) -> bool:
+        return (_phase_rank(self.phase), self.point_index) < \
+            (_phase_rank(other.phase), other.point_index)
 
 
 @dataclass(frozen=True)
