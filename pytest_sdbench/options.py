@@ -120,7 +120,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("k", f"draft depth K, or a sweep 'LOW-HIGH' / 'K1,K2' (one engine per K); "
            f"default {DEFAULT_DRAFT_DEPTH}", default=(DEFAULT_DRAFT_DEPTH,), type=draft_depths,
            metavar="K"),
-    Option("grid", "grid manifest (JSON) instead of the default grid", metavar="JSON"),
+    Option("grid", "grid manifest (JSON) instead of the default grid; or a consumer grid: "
+           "'aisimulate', 'aisimulate-native', 'aisimulate:PLAN.json' (docs/export.md)",
+           metavar="JSON"),
     Option("repeats", f"measure each point N times, each an observation of its own "
            f"(default {DEFAULT_REPEATS})", default=DEFAULT_REPEATS, type=positive_int,
            metavar="N"),
