@@ -90,41 +90,49 @@ def cudagraph_axis_points(capture_sizes: tuple[int, ...], limit: int) -> tuple[i
 
 @dataclass(frozen=True)
 class PrefillSampling:
-    """Its PrefillSamplingProfile (explicit capture policy): the inputs it gives Dynamo's
-    native prefill grid generator, frozen into its plan as point_generation.prefill_sampling."""
+    """Its PrefillSamplingProfile: the inputs it gives Dynamo's native prefill grid generator,
+    frozen into its plan (options.prefill_sampling, point_generation.prefill_sampling). With
+    its explicit capture policy it plans the prefill captures and the new-token axis; with
+    the runtime policy the engine's own graphs apply and it plans neither."""
     max_isl: int
     max_batch_size: int | None
-    capture_sizes: tuple[int, ...]
-    new_token_axis_points: tuple[int, ...]
+    capture_sizes: tuple[int, ...] | None
+    new_token_axis_points: tuple[int, ...] | None
     max_kv_read_token_samples: int
+    policy: str = "explicit"
 
     def to_dict(self) -> dict[str, object]:
         """As its to_dict writes it into collection-plan.json."""
-        return {
+        captures, axis = self.capture_sizes, self.new_token_axis_points
+        payload: dict[str, object] = {
             "max_isl": self.max_isl, "max_batch_size": self.max_batch_size,
             "max_total_prefill_tokens": self.max_isl,
-            "cudagraph_capture_sizes": list(self.capture_sizes),
-            "cudagraph_capture_size_count": len(self.capture_sizes),
-            "max_cudagraph_capture_size": self.capture_sizes[-1],
-            "new_token_axis_points": list(self.new_token_axis_points),
-            "new_token_axis_point_count": len(self.new_token_axis_points),
-            "prefill_max_new_token_samples": max(2, len(self.new_token_axis_points)),
+            "cudagraph_capture_sizes": list(captures) if captures is not None else None,
+            "cudagraph_capture_size_count": len(captures) if captures is not None else None,
+            "max_cudagraph_capture_size": captures[-1] if captures is not None else None,
+            "new_token_axis_points": list(axis) if axis is not None else None,
+            "new_token_axis_point_count": len(axis) if axis is not None else None,
+            "prefill_max_new_token_samples": max(2, len(axis)) if axis is not None else None,
             "prefill_max_kv_read_token_samples": self.max_kv_read_token_samples,
         }
+        if self.policy == "runtime":
+            payload["cudagraph_policy"] = "runtime"
+        return payload
 
 
-def prefill_sampling(max_isl: int, max_batch_size: int | None) -> PrefillSampling:
-    """PrefillSamplingProfile.build with its default explicit policy. Its planner passes the
+def prefill_sampling(max_isl: int, max_batch_size: int | None,
+                     policy: str = "explicit") -> PrefillSampling:
+    """PrefillSamplingProfile.build (its default capture limit). Its planner passes the
     shared token budget as max_isl and max_num_seqs as the batch bound."""
     if max_isl < 2:
         raise GridError(f"the consumer's prefill plan needs max_isl >= 2, got {max_isl}")
-    captures = prefill_capture_sizes(max_isl)
-    axis = cudagraph_axis_points(captures, max_isl)
+    captures = prefill_capture_sizes(max_isl) if policy == "explicit" else None
+    axis = cudagraph_axis_points(captures, max_isl) if captures is not None else None
     # Its KV sample cap: zero, a batch-aligned minimum, powers of two in block units and an
     # exact maximum, all below max_isl * batch_upper_bound.
     batch_bound = min(max_isl, max_batch_size or max_isl)
     return PrefillSampling(max_isl, max_batch_size, captures, axis,
-                           (max_isl * batch_bound).bit_length() + 2)
+                           (max_isl * batch_bound).bit_length() + 2, policy)
 
 
 def engine_prefill_sampling(limits: EngineLimits) -> PrefillSampling:
@@ -138,7 +146,7 @@ def native_grid(limits: EngineLimits) -> Grid:
     cached prefix (batch 1: every total maps exactly), where the engine runs it in one step
     (total <= max_model_len - 1). Its batch and KV axes are Dynamo's, chosen at run time
     inside the engine; its own code does not hold them (its plan says 'runtime-determined')."""
-    axis = engine_prefill_sampling(limits).new_token_axis_points
+    axis = engine_prefill_sampling(limits).new_token_axis_points or ()
     prefill = tuple(PrefillPoint(1, t, 0) for t in axis if t + 1 <= limits.max_model_len)
     return parse_grid(typed.encode(Grid(prefill, ())))
 
