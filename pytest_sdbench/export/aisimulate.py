@@ -56,6 +56,7 @@ from ..wire.identity import IdentityField
 from ..wire.model import Artifact, DecodeObservation, Observation, PrefillObservation
 from ..wire.points import PrefillPoint
 from . import consumer_plan as cplan
+from . import repeatability
 
 # --- The consumer's vocabulary (aisimulate 0.13.0.dev202610270000000085) -------------------
 CONSUMER = "aisimulate"
@@ -122,6 +123,8 @@ AIC_REVISION = f"{PACKAGE_NAME} {__version__} export"   # the collector source o
 MANIFEST_KIND = "pytest-sdbench/aisimulate-export"
 MANIFEST_VERSION = 1
 MANIFEST_FILE, PROFILE_FILE = "import-manifest.json", "fpm_profile.json"
+PREDICT_FILE = "predict.json"   # a consumer predict config (JSON is YAML) for the export
+REPEATABILITY_FILE = "repeatability.json"
 SYSTEM_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"   # a consumer systems/<name>.yaml, path-safe
 
 
@@ -264,6 +267,8 @@ class ExportOptions:
     draft_config: Path | None = None
     envelope_only: bool = False
     acceptance_length: float | None = None  # export only the decode points requested at it
+    nextn_accepted: float | None = None     # the user's, checked against the rows' AL
+    repeats_from: tuple[Path, ...] = ()     # other engine starts: repeatability samples
     graph_modes: Mapping[str, str] = field(default_factory=dict)   # phase -> the mode it keeps
     known_configs: Mapping[str, KnownConfig] = field(default_factory=dict)   # sha256 -> text
 
@@ -979,6 +984,15 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     left_out = _select_acceptance(artifact, selected, options.acceptance_length, reasons)
     left_out += _select_graph_modes(selected, options.graph_modes, reasons)
     check(artifact, selected, options, reasons)
+    acceptance = measured_acceptance(artifact, selected, options.nextn_accepted, reasons)
+    others = []
+    for other_path in options.repeats_from:
+        other, _, _ = read_artifact(other_path)
+        reasons += repeatability.same_collection_errors(artifact, other, str(other_path))
+        others.append(other)
+    repeats = repeatability.assess(artifact, others, {
+        phase: [(item.observation.point_index, item.observation.timing.seconds)
+                for item in chosen] for phase, chosen in selected.items()})
     deployment = None
     if options.envelope_only:
         facts = resolve_facts(artifact, options, reasons)
@@ -1000,8 +1014,15 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staging, 0o777 & ~umask)   # mkdtemp makes 0700; an export is for sharing
+        _write_json(staging / REPEATABILITY_FILE, repeats)
         manifest = _build(artifact, legacy, raw, path, selected, deployment, facts, options,
-                          staging, final, left_out)
+                          staging, final, left_out, acceptance)
+        manifest["repeatability"] = {
+            "file": REPEATABILITY_FILE,
+            **{key: repeats[key] for key in ("status", "point_counts", "source_agreement_failed",
+                                             "cv", "source_relative_difference",
+                                             "engine_starts", "sample_rule", "policy")}}
+        _write_json(staging / MANIFEST_FILE, manifest)
         _swap_into_place(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -1024,7 +1045,7 @@ def _swap_into_place(staging: Path, final: Path) -> None:
 def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
            selected: Mapping[str, list[Selected]], deployment: Deployment | None,
            facts: Mapping[str, Fact], options: ExportOptions, staging: Path,
-           final: Path, left_out: list[str]) -> dict:
+           final: Path, left_out: list[str], acceptance: dict | None) -> dict:
     k = a.speculative.draft_depth
     run12 = a.run_id[:12]
     pod, attempt = f"sdbench-{run12}", f"sdbench-{a.run_id}"
@@ -1088,6 +1109,9 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
             "producer": {"package": PACKAGE_NAME, "version": __version__}})
         table = {"systems_root": "systems", "parquet": str(dest / TABLE_FILE),
                  "metadata": str(dest / TABLE_METADATA_FILE), "rows": len(rows)}
+        if deployment is not None and acceptance is not None and profile is not None:
+            _write_json(staging / PREDICT_FILE, predict_config(
+                a, deployment, profile, identity, final / "systems", acceptance))
         if plan is not None:
             _write_json(staging / cplan.CHECKPOINT_DIR / cplan.CHECKPOINT_FILE, cplan.checkpoint(
                 plan, attempt_id=attempt, started_at=a.started_at or a.created_at,
@@ -1098,9 +1122,69 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
                        "metadata": str(final / dest / TABLE_METADATA_FILE)}, rows=rows))
     manifest = _manifest(a, legacy, path, artifact_sha, selected, deployment, facts, options,
                          identity=identity, cells=cells, plan_sha=plan_sha, attempt=attempt,
-                         pod=pod, table=table, k=k, left_out=left_out, plan=plan, notes=notes)
+                         pod=pod, table=table, k=k, left_out=left_out, plan=plan, notes=notes,
+                         acceptance=acceptance)
     _write_json(staging / MANIFEST_FILE, manifest)
     return manifest
+
+
+def measured_acceptance(a: Artifact, selected: Mapping[str, list[Selected]],
+                        nextn_accepted: float | None, reasons: list[str]) -> dict | None:
+    """The acceptance the exported decode rows ran at: the consumer prices a decode step from
+    them at nextn_accepted (accepted drafts per request and step = AL - 1), which it takes
+    from its config. The rows' mean run AL gives the value; a user's value outside the
+    rows' measured range is refused, one off their mean by more than 5% warned."""
+    observations = [item.observation for item in selected.get(PHASE_DECODE, [])
+                    if isinstance(item.observation, DecodeObservation)]
+    runs = [o.run_acceptance_length for o in observations]
+    if not runs:
+        return None
+    low, high, mean = min(runs), max(runs), math.fsum(runs) / len(runs)
+    k = a.speculative.draft_depth
+    result: dict[str, Any] = {
+        "rows_run_acceptance_length": {"min": low, "max": high, "mean": mean,
+                                       "rows": len(runs)},
+        "nextn_accepted": round(mean - 1, 4),
+        "source": "the exported decode rows' mean run acceptance length - 1", "warnings": []}
+    if nextn_accepted is not None:
+        if not (0 <= nextn_accepted <= k and low - 1 <= nextn_accepted <= high - 1):
+            reasons.append(f"--nextn-accepted {nextn_accepted:g}: the decode rows were measured "
+                           f"at acceptance lengths {low:.3f}-{high:.3f} (nextn_accepted "
+                           f"{low - 1:.3f}-{high - 1:.3f}, K={k}); the consumer would price "
+                           "steps at an acceptance no row ran at")
+        elif abs(nextn_accepted + 1 - mean) > 0.05 * mean:
+            result["warnings"].append(
+                f"nextn_accepted {nextn_accepted:g} is more than 5% off the rows' mean run "
+                f"acceptance length {mean:.3f} (nextn_accepted {mean - 1:.3f})")
+        result.update(nextn_accepted=nextn_accepted, source=SOURCE_USER)
+    return result
+
+
+def predict_config(a: Artifact, d: Deployment, profile: dict, identity: RowIdentity,
+                   systems: Path, acceptance: dict) -> dict:
+    """The consumer's predict config of this export (aisimulate predict -c): every engine
+    value from the artifact (or the user's facts), direct interpolation with fallback
+    denied. The traffic is a placeholder for the user's workload."""
+    f: dict[str, Any] = {name: fact.value for name, fact in d.facts.items()}
+    chunked = a.identity.settings.enable_chunked_prefill
+    engine: dict[str, Any] = {
+        "mode": "aggregated", "model": identity.model_path, "fpm_profile": profile,
+        "hardware": identity.system, "backend": "vllm", "backend_version": identity.version,
+        "nextn": a.speculative.draft_depth, "nextn_accepted": acceptance["nextn_accepted"],
+        "systems_paths": [str(systems)], "estimation_mode": "fpm_interpolation",
+        "fallback_policy": "deny",
+        "estimator_config": {"fpm_interpolation": {"method": "direct"}},
+        "workers": {"aggregated": {
+            "scheduler": {"max_batched_tokens": f["max_num_batched_tokens"],
+                          "max_sequences": f["max_num_seqs"]},
+            "kv_cache": {"capacity": {"memory_fraction": f["gpu_memory_utilization"]}}}}}
+    if chunked.resolved and isinstance(chunked.value, bool):
+        engine["enable_chunked_prefill"] = chunked.value
+    return {"traffic": {"source": {"type": "synthetic", "input_tokens": 1024,
+                                   "output_tokens": 128},
+                        "load": {"type": "concurrency", "concurrency": 1},
+                        "stop": {"requests": 8}},
+            "engine": engine}
 
 
 def selection_rule(a: Artifact) -> dict:
@@ -1200,8 +1284,8 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
 def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, deployment,
               resolved: Mapping[str, Fact], options: ExportOptions, *, identity, cells,
               plan_sha, attempt, pod, table, k: int, left_out: list[str], plan: dict | None,
-              notes: list[str]) -> dict:
-    warnings = _warnings(a, selected) + notes
+              notes: list[str], acceptance: dict | None) -> dict:
+    warnings = _warnings(a, selected) + notes + (acceptance or {}).get("warnings", [])
     facts = {name: {"value": fact.value, "source": fact.source}
              for name, fact in sorted(resolved.items())}
     user = sorted(name for name, fact in facts.items() if fact["source"] == SOURCE_USER)
@@ -1243,6 +1327,9 @@ def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, depl
                           "of the plan's immutable inputs"),
             "points": "the exported rows' coordinates as its frozen explicit manifest"},
         "fpm_profile": PROFILE_FILE if identity else None, "table": table,
+        "predict_config": PREDICT_FILE if identity and acceptance else None,
+        "acceptance": None if acceptance is None else
+        {key: value for key, value in acceptance.items() if key != "warnings"},
         "graph_modes": {phase: one_graph_mode(chosen) for phase, chosen in selected.items()},
         "selection": {
             "rule": ("per point the observation at the lower median of its repeats' times "
