@@ -162,7 +162,11 @@ FACTS: dict[str, FactSpec] = {
                                "--fact kv_cache_dtype=NAME", str),
     "kv_bytes_per_token": FactSpec("kv_capacity.bytes_per_token",
                                    "--fact kv_bytes_per_token=N", int),
+    # only the consumer's collection plan reads it: an export without it has no plan
+    "enforce_eager": FactSpec("identity.settings.enforce_eager",
+                              "--fact enforce_eager=true|false", bool),
 }
+OPTIONAL_FACTS = ("enforce_eager",)
 REVISION_FACTS = ("target_revision", "draft_revision")
 USER_FACT_NAMES = tuple(name for name in FACTS if name not in REVISION_FACTS)
 
@@ -189,6 +193,10 @@ def parse_graph_mode(text: str) -> tuple[str, str]:
 
 def check_user_value(name: str, raw: str) -> object:
     spec = FACTS[name]
+    if spec.parse is bool:
+        if raw.lower() not in ("true", "false"):
+            raise UnusableInput(f"--fact {name}: expected true or false, got {raw!r}")
+        return raw.lower() == "true"
     if spec.parse is str:
         if name in REVISION_FACTS and not re.fullmatch(REVISION_PATTERN, raw):
             raise UnusableInput(f"{spec.option.split()[0]}: a revision is a full 40-hex git "
@@ -601,7 +609,8 @@ def resolve_facts(a: Artifact, options: ExportOptions, reasons: list[str]) -> di
     engine facts are required by the table only (envelopes record those at hand)."""
     facts: dict[str, Fact] = {}
     for name in FACTS:
-        required = name in REVISION_FACTS or not options.envelope_only
+        required = name in REVISION_FACTS or not (options.envelope_only
+                                                  or name in OPTIONAL_FACTS)
         fact = resolve_fact(a, name, options.user_facts, reasons, required=required)
         if fact is not None:
             facts[name] = fact
@@ -1201,16 +1210,14 @@ def _consumer_plan(a: Artifact, d: Deployment, identity: RowIdentity, profile: d
     the reason where the artifact cannot state it."""
     f: dict[str, Any] = {name: fact.value for name, fact in d.facts.items()}
     mode, sizes = a.identity.cudagraph_mode, a.identity.settings.cudagraph_capture_sizes
-    eager = a.identity.settings.enforce_eager
     target = d.configs.get("target")
-    missing = [name for name, field_ in (("identity.cudagraph_mode", mode),
-                                         ("identity.settings.cudagraph_capture_sizes", sizes),
-                                         ("identity.settings.enforce_eager", eager))
-               if not field_.resolved]
-    if missing or target is None or mode.value not in cplan.CUDAGRAPH_MODE:
-        what = ", ".join(missing) or f"identity.cudagraph_mode {mode.value!r}"
-        return None, [f"no consumer collection plan: {what} unresolved or unmapped in the "
-                      "artifact"]
+    if "enforce_eager" not in f or not mode.resolved or mode.value not in cplan.CUDAGRAPH_MODE:
+        what = ("identity.settings.enforce_eager unresolved (pass --fact enforce_eager=...)"
+                if "enforce_eager" not in f else f"identity.cudagraph_mode {mode.value!r}")
+        return None, [f"no consumer collection plan: {what}"]
+    if target is None:
+        return None, ["no consumer collection plan: no target config.json"]
+    # the engine's capture sizes where the artifact has them; else the plan names the mode
     captures = tuple(sizes.value) if isinstance(sizes.value, (list, tuple)) else ()
     plan = cplan.collection_plan(cplan.PlanInputs(
         model_path=identity.model_path, system=identity.system, version=identity.version,
@@ -1223,7 +1230,7 @@ def _consumer_plan(a: Artifact, d: Deployment, identity: RowIdentity, profile: d
         max_num_seqs=int(f["max_num_seqs"]),
         gpu_memory_utilization=float(f["gpu_memory_utilization"]),
         cudagraph_mode=cplan.CUDAGRAPH_MODE[str(mode.value)], capture_sizes=captures,
-        enforce_eager=bool(eager.value),
+        enforce_eager=bool(f["enforce_eager"]),
         warmup_iterations=a.measurement_policy.warmup.min_passes,
         points={phase: [coordinates(phase, item.observation) for item in chosen]
                 for phase, chosen in selected.items()},
