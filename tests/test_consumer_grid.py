@@ -191,3 +191,22 @@ def test_collect_refuses_an_unmappable_plan_before_an_engine_starts(tmp_path, ca
     assert code == 2, err
     assert "options.benchmark_points.payload.prefill[0] (batch_size 3" in err
     assert "starting the engine" not in err
+
+
+def test_grid_for_resolves_the_consumer_grids_from_the_engines_limits(tmp_path):
+    """The plugin's and the CLI's grid choice: the consumer grids from the started engine's
+    limits and its synthetic acceptance length, a plan from its file with the engine's K."""
+    from types import SimpleNamespace
+
+    from pytest_sdbench.session import grid_for
+    engine = SimpleNamespace(limits=LIMITS, spec=SimpleNamespace(
+        synthetic_acceptance_length=2.78, draft_depth=3, oracle_limits=False))
+    assert grid_for(engine, "aisimulate") == direct_grid(LIMITS, 2.78)
+    assert grid_for(engine, "aisimulate-native") == native_grid(LIMITS)
+    payload = {"schema_version": 1, "prefill": [],
+               "decode": [{"batch_size": 2, "total_kv_read_tokens": 512}]}
+    path = tmp_path / "points.json"
+    path.write_text(json.dumps(payload))
+    grid = grid_for(engine, f"aisimulate:{path}")
+    assert [(d.batch_size, d.context_tokens, d.draft_depth, d.acceptance_length)
+            for d in grid.decode] == [(2, 256, 3, 2.78)]
