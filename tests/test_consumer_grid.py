@@ -7,6 +7,7 @@ checks the same grids in tests/consumer/test_aisimulate_plan.py."""
 import json
 from dataclasses import replace
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,7 @@ CAPTURE_SIZES = (1, 2, 4, *range(8, 257, 8), *range(272, 513, 16))
 LIMITS = EngineLimits(draft_depth=3, block_size=16, max_num_seqs=64,
                       max_num_batched_tokens=16384, max_model_len=8448, kv_tokens=71560 * 16,
                       capture_sizes=CAPTURE_SIZES, synthetic=True)
+FIXTURES = Path(__file__).parent / "fixtures"
 EAGER_CPU = EngineLimits(draft_depth=3, block_size=32, max_num_seqs=16,
                          max_num_batched_tokens=4096, max_model_len=4096, kv_tokens=419424,
                          capture_sizes=(), synthetic=False)
@@ -210,3 +212,26 @@ def test_grid_for_resolves_the_consumer_grids_from_the_engines_limits(tmp_path):
     grid = grid_for(engine, f"aisimulate:{path}")
     assert [(d.batch_size, d.context_tokens, d.draft_depth, d.acceptance_length)
             for d in grid.decode] == [(2, 256, 3, 2.78)]
+
+
+def test_a_cpu_engine_collects_the_consumer_grid_exactly():
+    """tests/fixtures/cpu-agg-aisimulate-grid.json: `sdbench collect --grid aisimulate
+    --engine-arg max_num_seqs=4` on the tiny preset (vLLM 0.32 CPU, eager), every point
+    collected exactly (a one-token prefill, a 33-token step behind a 4032-token prefix,
+    decode to max_model_len - 12), and its grid is the one the engine's limits derive."""
+    from pytest_sdbench.artifact import validate_path
+    from pytest_sdbench.wire.points import engine_limits
+    report = validate_path(FIXTURES / "cpu-agg-aisimulate-grid.json")
+    assert report.ok, report.errors
+    a = report.artifact
+    assert a is not None
+    assert a.status == "complete"
+    limits = engine_limits(a.identity, a.kv_capacity, a.speculative.draft_depth,
+                           synthetic=False)
+    assert limits is not None
+    assert limits.max_num_seqs == 4
+    assert a.grid == direct_grid(limits, None)
+    observed = {(len(o.snapshot.requests), sum(r.new_tokens for r in o.snapshot.requests),
+                 sum(r.kv_tokens for r in o.snapshot.requests)) for o in a.prefill}
+    assert observed == {(p.batch_size, p.batch_size * p.new_tokens,
+                         p.batch_size * p.cached_prefix_tokens) for p in a.grid.prefill}

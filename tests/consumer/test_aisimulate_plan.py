@@ -36,6 +36,7 @@ from collector.fpm_forward.native_artifact import (
     select_native_measurements,
     validate_native_collection,
 )
+from collector.fpm_forward.planner import build_collection_plan
 from collector.fpm_forward.repeatability import (
     freeze_repeatability_plan,
     load_repeatability_source,
@@ -91,6 +92,31 @@ def test_prefill_plan_is_the_consumers(budget, seqs, policy):
         print(f"budget {budget}, max_num_seqs {seqs}: its new-token axis has "
               f"{theirs['new_token_axis_point_count']} totals; --grid aisimulate-native "
               f"collects {len(totals)} (batch 1, within max_model_len)")
+
+
+def test_build_collection_plan_plans_the_native_axis_we_collect(tmp_path, monkeypatch):
+    """Its planner itself (build_collection_plan, no profile: it refuses a speculative one)
+    for the production engine's limits: the prefill sampling it freezes is ours, and
+    --grid aisimulate-native collects its new-token totals."""
+    root, _ = export_production(tmp_path)
+    monkeypatch.setenv("FPM_COLLECTOR_SOURCE_REVISION", "pytest-sdbench consumer test")
+    options = FPMCollectionOptions(
+        max_gpus=1, gpu_counts=(1,), parallel_presets=("tp",), parallel_axes=(),
+        moe_backend="auto", attention_backend="auto", enable_wideep="false",
+        enable_eplb="false", weight_quantizations=(), kv_cache_dtypes=("auto",),
+        max_num_batched_tokens=16384, max_num_seqs=64, worker_type="aggregated",
+        vllm_max_model_len=8448)
+    plan = build_collection_plan(backend="vllm", model_path=str(root / "model" / "target"),
+                                 system=SYSTEM, selected_ops={"fpm_forward"}, options=options,
+                                 collector_config={"aic_database_version": "0.26.0"})
+    planned = plan.to_dict()["point_generation"]
+    assert planned["source"] == "native_auto_grid"
+    assert planned["prefill_sampling"] == prefill_sampling(16384, 64).to_dict()
+    limits = EngineLimits(3, 16, 64, 16384, 8448, 71560 * 16, CAPTURES, True)
+    assert [p.new_tokens for p in native_grid(limits).prefill] == [
+        t for t in planned["prefill_sampling"]["new_token_axis_points"] if t < 8448]
+    print(f"build_collection_plan: {planned['prefill_sampling']['new_token_axis_point_count']} "
+          f"new-token totals, points {plan.to_dict()['counts']['points']!r}")
 
 
 # --- an export's plan, under its readers -------------------------------------------------------
@@ -153,6 +179,31 @@ def test_nextn_accepted_outside_the_rows_is_refused(tmp_path):
     assert code == 1, text
     assert "--nextn-accepted 0.2: the decode rows were measured at acceptance lengths" in text
     print(text)
+
+
+def test_a_cpu_collection_of_the_grid_imports_as_envelopes(tmp_path):
+    """The consumer refuses CPU timing for a table; the envelopes of the tiny preset's CPU
+    collection with --grid aisimulate (tests/fixtures/cpu-agg-aisimulate-grid.json) pass its
+    validator and selection, every coordinate of the grid kept."""
+    from .test_aisimulate_import import envelope_cell
+    fixture = ROOT / "tests" / "fixtures" / "cpu-agg-aisimulate-grid.json"
+    code, text = sdbench_export([fixture], tmp_path, "--system", SYSTEM, *REVISIONS)
+    assert code == 1, text
+    assert "device: 'cpu'" in text
+    code, text = sdbench_export([fixture], tmp_path, "--envelope-only", *REVISIONS)
+    assert code == 0, text
+    root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    manifest = json.loads((root / exporter.MANIFEST_FILE).read_text())
+    grid = json.loads(fixture.read_text())["grid"]
+    for phase, cell in manifest["cells"].items():
+        collection = validate_native_collection(
+            envelope_cell(cell, phase), root / "campaign" / "cells" / cell / "raw",
+            expected_plan_sha256=manifest["plan_sha256"],
+            expected_attempt_id=manifest["attempt_id"])
+        kept = select_native_measurements(collection, cell_id=cell)
+        assert len(kept) == len(grid[phase])
+        print(f"CPU --grid aisimulate {phase}: validate_native_collection + "
+              f"select_native_measurements kept {len(kept)} of {len(grid[phase])} points")
 
 
 # --- its onboarding, as a user runs it ---------------------------------------------------------
