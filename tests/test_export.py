@@ -709,3 +709,29 @@ def test_graph_modes_may_change_only_between_adjacent_token_counts():
     along_kv = _selected([(1, 64, 0, "piecewise"), (1, 64, 32, "eager")])
     assert aisimulate._mode_crossings("prefill", along_kv) == [
         "batch 1: KV 0 (piecewise) to 32 (eager)"]
+
+
+def test_rounds_give_one_sample_each_back_to_back_repeats_one_per_start():
+    """Schema v5 (being written): observations carry `round` and the policy says
+    repeat_order 'rounds': each round is a sample; back-to-back repeats are one."""
+    from types import SimpleNamespace
+
+    from pytest_sdbench.export.repeatability import assess
+
+    def artifact(run_id, order, times):
+        observations = [SimpleNamespace(point_index=0, repeat=i, round=i,
+                                        timing=SimpleNamespace(seconds=t))
+                        for i, t in enumerate(times)]
+        policy = SimpleNamespace(repeat_order=order) if order else SimpleNamespace()
+        return SimpleNamespace(run_id=run_id, measurement_policy=policy, decode=observations)
+    rounds = artifact("a", "rounds", [1.00, 1.02, 0.99, 1.01, 0.98])
+    report = assess(rounds, [], {"decode": [(0, 1.00)]})
+    assert report["points"][0]["sample_count"] == 5
+    assert report["status"] == "passed"
+    noisy = artifact("b", "rounds", [1.0, 1.3, 0.8, 1.1, 0.9])
+    assert assess(noisy, [], {"decode": [(0, 1.0)]})["status"] == "failed"
+    back_to_back = artifact("c", "back_to_back", [1.00, 1.02, 0.99, 1.01, 0.98])
+    report = assess(back_to_back, [artifact("d", None, [1.0, 1.1, 0.9])],
+                    {"decode": [(0, 1.00)]})
+    assert report["points"][0]["sample_count"] == 2
+    assert report["status"] == "incomplete"
