@@ -141,7 +141,7 @@ def _collect_one(spec, args):
     """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
     from .engine import start_engine
     from .engine.launch import describe_failure
-    from .points import GridError, load_grid
+    from .points import GridError, read_grid_source
     from .session import (
         ArtifactNotWritten,
         InvalidArtifact,
@@ -150,7 +150,9 @@ def _collect_one(spec, args):
         grid_for,
     )
     try:
-        manifest = load_grid(args.grid) if args.grid else None   # checked: read it now
+        # checked: read it now (None: a grid the engine's limits derive, in grid_for)
+        manifest = read_grid_source(args.grid, spec.draft_depth, spec.synthetic_acceptance_length
+                                    ) if args.grid else None
     except GridError as exc:
         _err(f"sdbench collect: --grid: {exc}")
         return EXIT_UNUSABLE, None
@@ -169,7 +171,7 @@ def _collect_one(spec, args):
     def progress(done, total, label):
         _err(f"sdbench [{done}/{total}] {label} ({time.perf_counter() - started:.1f} s)")
     try:
-        grid = manifest if manifest is not None else grid_for(engine)
+        grid = manifest if manifest is not None else grid_for(engine, args.grid)
         run = collect_to_artifact(engine, args.mode, grid, args.out, progress=progress,
                                   repeats=repeat_plan(vars(args), cli=True), notify=_err)
     except GridError as exc:

@@ -164,7 +164,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("k", f"draft depth K, or a sweep 'LOW-HIGH' / 'K1,K2' (one engine per K); "
            f"default {DEFAULT_DRAFT_DEPTH}", default=(DEFAULT_DRAFT_DEPTH,), type=draft_depths,
            metavar="K"),
-    Option("grid", "grid manifest (JSON) instead of the default grid", metavar="JSON"),
+    Option("grid", "grid manifest (JSON) instead of the default grid; or a consumer grid: "
+           "'aisimulate', 'aisimulate-native', 'aisimulate:PLAN.json' (docs/export.md)",
+           metavar="JSON"),
     Option("repeats", f"measure each point N times, each an observation of its own: by "
            f"default in N rounds of the whole grid, each round in a fresh seeded order, so "
            f"that a point's samples spread over the collection (default {DEFAULT_REPEATS})",

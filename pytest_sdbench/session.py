@@ -33,7 +33,8 @@ from .files import atomic_write_text
 from .host import HostMonitor
 from .options import repeat_plan, spelled
 from .options import user_engine_args as engine_args_of
-from .points import Grid, GridError, default_grid, derived_grid, load_grid
+from .points import Grid, GridError, default_grid, derived_grid, read_grid_source
+from .points.consumer import NATIVE_GRID, consumer_grid, is_derived
 from .points.sweep import shared_grid
 from .testing import restoration_violations
 from .vram import cuda_available
@@ -180,9 +181,18 @@ def check_engine_choices(values: dict, cli: bool) -> None:
                              f"{list(depths)}, got {al}")
 
 
-def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, opt) -> Grid:
+def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, opt
+                    ) -> Grid | None:
+    """A grid manifest or consumer plan, read and checked; None for a grid derived from the
+    engine (points.consumer), of which only the mode can be checked now."""
+    if is_derived(path):
+        if path == NATIVE_GRID and mode == PHASE_DECODE:
+            raise InputError(f"{opt('grid')} {NATIVE_GRID}: the consumer's own plan holds "
+                             "prefill points only; it cannot be collected in mode decode")
+        return None
     try:
-        grid = load_grid(path)
+        grid = read_grid_source(path, depths[0], al)
+        assert grid is not None
         check_grid_for_mode(grid, mode)
     except GridError as exc:
         raise InputError(f"{opt('grid')}: {exc}") from None
@@ -252,11 +262,16 @@ def _can_create_in(folder: Path) -> bool:
 
 
 def grid_for(engine, manifest: str | None = None) -> Grid:
-    """The grid manifest if given; else the oracle presets' small grid, or the grid derived
-    from the engine's own limits (points.derived_grid)."""
-    if manifest:
-        return load_grid(manifest)
+    """The grid --grid names (a manifest, a consumer plan, or a consumer grid derived from the
+    engine's limits: points.consumer); else the oracle presets' small grid, or the grid
+    derived from the engine's own limits (points.derived_grid)."""
     al = engine.spec.synthetic_acceptance_length
+    if manifest and is_derived(manifest):
+        return consumer_grid(manifest, engine.limits, al)
+    if manifest:
+        grid = read_grid_source(manifest, engine.spec.draft_depth, al)
+        assert grid is not None
+        return grid
     if engine.spec.oracle_limits:
         return default_grid(engine.spec.draft_depth, engine.block_size, (al,),
                             large=engine.spec.preset != "tiny",

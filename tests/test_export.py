@@ -552,3 +552,188 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
     assert written(out) == [run_id]
     manifest = json.loads((out / run_id / "import-manifest.json").read_text())
     assert manifest["facts"]["draft_revision"]["value"] == "3" * 40
+
+
+# --- planning with the consumer ----------------------------------------------------------------
+
+PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json"
+PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json"
+PRODUCTION_K1 = ROOT / "docs/evidence/h200/production/sdbench-agg-8b571b189cc2.json"
+PRODUCTION_ARGS = ["--system", "h200_sxm", *REVISIONS, "--acceptance-length", "2.78",
+                   "--graph-mode", "prefill=eager"]
+
+
+def _production(capsys, out, *extra) -> tuple[Path, dict]:
+    code, text = export(capsys, [PRODUCTION], out, *PRODUCTION_ARGS, *extra)
+    assert code == 0, text
+    root = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return root, json.loads((root / aisimulate.MANIFEST_FILE).read_text())
+
+
+def test_the_consumers_plan_names_the_exported_points_and_binds_every_record(
+        capsys, tmp_path, json_table):
+    """One hash, the consumer's plan's, in the envelopes' provenance, the receipts, the rows
+    and the checkpoint; the plan's frozen manifest is the exported coordinates (tests/consumer
+    checks the hash itself with the consumer's validate_saved_plan)."""
+    root, manifest = _production(capsys, tmp_path)
+    plan = json.loads((root / "campaign" / "collection-plan.json").read_text())
+    sha = plan["sha256"]
+    assert manifest["plan_sha256"] == sha
+    assert (plan["schema_name"], plan["schema_version"]) == ("aic_fpm_collection_plan", 11)
+    assert json.loads((root / "campaign" / "generator-overrides.json").read_text()) == {}
+    points = plan["options"]["benchmark_points"]
+    text = json.dumps(points["payload"], sort_keys=True, separators=(",", ":"))
+    assert hashlib.sha256(text.encode()).hexdigest() == points["sha256"]
+    for phase in ("prefill", "decode"):
+        exported = [(r["batch_size"], r["total_prefill_tokens"], r["total_kv_read_tokens"])
+                    for r in manifest["rows"] if r["phase"] == phase]
+        assert [(p["batch_size"], p.get("total_prefill_tokens", 0), p["total_kv_read_tokens"])
+                for p in points["payload"][phase]] == exported
+        raw = next((root / "campaign" / "cells" / manifest["cells"][phase] / "raw").iterdir())
+        assert json.loads((raw / "collector-provenance.json").read_text())["plan_sha256"] == sha
+        assert json.loads((raw / "point_manifest_receipt.json").read_text()) == {
+            "plan_sha256": sha, "cell_id": manifest["cells"][phase],
+            "attempt_id": manifest["attempt_id"], "sha256": points["sha256"], "phase": "after"}
+    rows = json.loads((root / manifest["table"]["parquet"]).with_name("rows.json").read_text())
+    assert {r["source_plan_sha256"] for r in rows} == {sha}
+    checkpoint = json.loads((root / "checkpoint" / "fpm_forward.json").read_text())
+    assert checkpoint["plan_sha256"] == sha
+    assert set(checkpoint["cells"]) == set(manifest["cells"].values())
+    assert checkpoint["database"]["row_count"] == len(rows)
+
+
+def test_facts_the_consumer_reads_come_from_the_artifact(capsys, tmp_path, json_table):
+    """The attention backend the engine resolved (not 'auto'), one sample a row beside the
+    single_sample reduction, and nextn_accepted from the rows' acceptance."""
+    root, manifest = _production(capsys, tmp_path)
+    artifact = json.loads(PRODUCTION.read_text())
+    backend = artifact["identity"]["attention_backend"]["value"]
+    assert manifest["facts"]["attention_backend"] == {
+        "value": backend,
+        "source": "artifact identity.attention_backend (model_runner.attn_groups)"}
+    profile = json.loads((root / aisimulate.PROFILE_FILE).read_text())
+    assert profile["deployments"][0]["attention_backend"] == backend
+    rows = json.loads((root / manifest["table"]["parquet"]).with_name("rows.json").read_text())
+    assert {(r["attention_backend"], r["measurement_reduction"], r["source_sample_count"],
+             r["measurement_repeats"]) for r in rows} == {(backend, "single_sample", 1, 1)}
+    runs = [r["sdbench_run_acceptance_length"] for r in rows if r["workload_kind"] == "decode"]
+    config = json.loads((root / aisimulate.PREDICT_FILE).read_text())
+    assert config["engine"]["nextn_accepted"] == round(statistics.fmean(runs) - 1, 4)
+    assert config["engine"]["nextn"] == 3
+    assert config["engine"]["enable_chunked_prefill"] is True
+    assert manifest["user_facts"] == ["draft_revision", "system", "target_revision"]
+
+
+def test_nextn_accepted_is_checked_against_the_rows(capsys, tmp_path, json_table):
+    code, out = export(capsys, [PRODUCTION], tmp_path / "a", *PRODUCTION_ARGS,
+                       "--nextn-accepted", "2.5")
+    assert code == 1
+    assert ("--nextn-accepted 2.5: the decode rows were measured at acceptance lengths "
+            "2.000-3.000 (nextn_accepted 1.000-2.000, K=3)") in out
+    assert written(tmp_path / "a") == []
+    _, manifest = _production(capsys, tmp_path / "b", "--nextn-accepted", "1.95")
+    assert manifest["acceptance"]["nextn_accepted"] == 1.95
+    assert manifest["acceptance"]["source"] == "user"
+    assert any("more than 5% off the rows' mean" in w for w in manifest["warnings"])
+
+
+def test_repeatability_takes_one_sample_per_engine_start_of_back_to_back_repeats(
+        capsys, tmp_path, json_table):
+    """Schema v4 repeats are back to back: adjacent steps, not repetitions. Each engine start
+    gives a point one sample; two starts are 2 of the 5 the consumer's rule needs."""
+    root, manifest = _production(capsys, tmp_path, "--repeats-from", str(PRODUCTION_START_2))
+    report = json.loads((root / "repeatability.json").read_text())
+    assert [s["sample_kind"] for s in report["engine_starts"]] == ["engine_start"] * 2
+    assert report["status"] == manifest["repeatability"]["status"] == "incomplete"
+    for point in report["points"]:
+        assert point["sample_count"] == 2
+        first = point["samples"][0]
+        assert first["back_to_back_repeats"] == 5
+        assert first["seconds"] == point["source_seconds"]   # the exported row's observation
+    code, out = export(capsys, [PRODUCTION], tmp_path / "k1", *PRODUCTION_ARGS,
+                       "--repeats-from", str(PRODUCTION_K1))
+    assert code == 1
+    assert f"--repeats-from {PRODUCTION_K1}: integrity.identity_digest" in out
+
+
+def test_repeatability_counts_five_samples_as_the_consumer_does():
+    """The consumer's rule on constructed samples: CV with n - 1 against 5%, agreement of
+    the median with the row against 5%."""
+    from pytest_sdbench.export.repeatability import _point
+    steady = [{"seconds": s} for s in (1.00, 1.01, 0.99, 1.02, 0.98)]
+    assert _point("decode", 0, 1.0, steady)["status"] == "passed"
+    assert _point("decode", 0, 1.0, steady)["source_agreement"] == "passed"
+    assert _point("decode", 0, 1.1, steady)["source_agreement"] == "failed"
+    noisy = [{"seconds": s} for s in (1.0, 1.2, 0.8, 1.1, 0.9)]
+    assert _point("decode", 0, 1.0, noisy)["status"] == "unstable"
+    assert _point("decode", 0, 1.0, steady[:4])["status"] == "incomplete"
+
+
+def test_a_v3_artifact_has_a_plan_only_with_the_users_eager_fact(capsys, tmp_path, json_table):
+    table = ["--system", "h200_sxm", *REVISIONS, *V3_FACTS]
+    code, out = export(capsys, [H200_EAGER], tmp_path / "a", *table)
+    assert code == 0, out
+    assert "no consumer collection plan: identity.settings.enforce_eager unresolved" in out
+    code, out = export(capsys, [H200_EAGER], tmp_path / "b", *table, "--fact",
+                       "enforce_eager=true")
+    assert code == 0, out
+    root = next((tmp_path / "b").iterdir())
+    plan = json.loads((root / "campaign" / "collection-plan.json").read_text())
+    assert plan["options"]["enforce_eager"] is True
+    assert plan["options"]["cudagraph_mode"] == "NONE"
+    code, out = export(capsys, [H200_EAGER], tmp_path / "c", *table, "--fact",
+                       "enforce_eager=maybe")
+    assert code == 2
+    assert "--fact enforce_eager: expected true or false, got 'maybe'" in out
+
+
+def _selected(points):
+    """Selected steps of made-up coordinates (batch, per-request new, per-request KV, mode)."""
+    from types import SimpleNamespace
+    chosen = []
+    for i, (batch, new, kv, mode) in enumerate(points):
+        requests = [SimpleNamespace(new_tokens=new, kv_tokens=kv) for _ in range(batch)]
+        obs = SimpleNamespace(snapshot=SimpleNamespace(requests=requests), graph_mode=mode,
+                              point_index=i)
+        chosen.append(aisimulate.Selected("prefill", obs, ()))
+    return chosen
+
+
+def test_graph_modes_may_change_only_between_adjacent_token_counts():
+    """A prefill token curve of batch 3 measured at 170 tokens a request (piecewise) and 171
+    (eager): no query lies between; 170 and 200 leave room for one."""
+    adjacent = _selected([(3, 64, 0, "piecewise"), (3, 170, 0, "piecewise"),
+                          (3, 171, 0, "eager"), (3, 1024, 0, "eager")])
+    assert aisimulate._mode_crossings("prefill", adjacent) == []
+    gap = _selected([(3, 170, 0, "piecewise"), (3, 200, 0, "eager")])
+    assert aisimulate._mode_crossings("prefill", gap) == [
+        "batch 3: tokens 510 (piecewise) to 600 (eager)"]
+    along_kv = _selected([(1, 64, 0, "piecewise"), (1, 64, 32, "eager")])
+    assert aisimulate._mode_crossings("prefill", along_kv) == [
+        "batch 1: KV 0 (piecewise) to 32 (eager)"]
+
+
+def test_rounds_give_one_sample_each_back_to_back_repeats_one_per_start():
+    """Schema v5 (being written): observations carry `round` and the policy says
+    repeat_order 'rounds': each round is a sample; back-to-back repeats are one."""
+    from types import SimpleNamespace
+
+    from pytest_sdbench.export.repeatability import assess
+
+    def artifact(run_id, order, times):
+        observations = [SimpleNamespace(point_index=0, repeat=i, round=i,
+                                        timing=SimpleNamespace(seconds=t))
+                        for i, t in enumerate(times)]
+        policy = SimpleNamespace(repeat_order=order) if order else SimpleNamespace()
+        return SimpleNamespace(run_id=run_id, measurement_policy=policy, decode=observations)
+    rounds = artifact("a", "rounds", [1.00, 1.02, 0.99, 1.01, 0.98])
+    report = assess(rounds, [], {"decode": [(0, 1.00)]})
+    assert report["points"][0]["sample_count"] == 5
+    assert report["status"] == "passed"
+    noisy = artifact("b", "rounds", [1.0, 1.3, 0.8, 1.1, 0.9])
+    assert assess(noisy, [], {"decode": [(0, 1.0)]})["status"] == "failed"
+    back_to_back = artifact("c", "back_to_back", [1.00, 1.02, 0.99, 1.01, 0.98])
+    report = assess(back_to_back, [artifact("d", None, [1.0, 1.1, 0.9])],
+                    {"decode": [(0, 1.00)]})
+    assert report["points"][0]["sample_count"] == 2
+    assert report["status"] == "incomplete"

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ from ..wire.contract import (
 from ..wire.identity import IdentityField
 from ..wire.model import Artifact, DecodeObservation, Observation, PrefillObservation
 from ..wire.points import PrefillPoint
+from . import consumer_plan as cplan
+from . import repeatability
 
 # --- The consumer's vocabulary (aisimulate 0.13.0.dev202610270000000085) -------------------
 CONSUMER = "aisimulate"
@@ -76,8 +79,14 @@ SELECTOR_PREFIX = "speculative_round_v1:"
 # The consumer's autoregressive (legacy) identity: its execution_profile column reads "full".
 # Written for a K>0 profile it is imported silently and loads at nextn=0; never written here.
 AUTOREGRESSIVE_EXECUTION_PROFILE = "full"
-BACKEND_POLICY = {"moe_backend": "auto", "attention_backend": "auto", "enable_wideep": False,
-                  "enable_eplb": False}
+# The backend identity columns: the attention backend the engine resolved (identity
+# .attention_backend) where the artifact has it, else the consumer's "auto" (engine decided).
+AUTO_BACKEND = "auto"
+
+
+def backend_columns(attention_backend: str) -> dict[str, object]:
+    return {"moe_backend": AUTO_BACKEND, "attention_backend": attention_backend,
+            "enable_wideep": False, "enable_eplb": False}
 POINT_SOURCE = "dynamo_native_self_benchmark"
 
 
@@ -110,9 +119,12 @@ MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_
 # load only with this variable set; the manifest names it.
 CONSUMER_ENVIRONMENT = {"AIC_ALLOW_UNLISTED_VERSIONS": "1"}
 
+AIC_REVISION = f"{PACKAGE_NAME} {__version__} export"   # the collector source of a plan/table
 MANIFEST_KIND = "pytest-sdbench/aisimulate-export"
 MANIFEST_VERSION = 1
 MANIFEST_FILE, PROFILE_FILE = "import-manifest.json", "fpm_profile.json"
+PREDICT_FILE = "predict.json"   # a consumer predict config (JSON is YAML) for the export
+REPEATABILITY_FILE = "repeatability.json"
 SYSTEM_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"   # a consumer systems/<name>.yaml, path-safe
 
 
@@ -150,7 +162,11 @@ FACTS: dict[str, FactSpec] = {
                                "--fact kv_cache_dtype=NAME", str),
     "kv_bytes_per_token": FactSpec("kv_capacity.bytes_per_token",
                                    "--fact kv_bytes_per_token=N", int),
+    # only the consumer's collection plan reads it: an export without it has no plan
+    "enforce_eager": FactSpec("identity.settings.enforce_eager",
+                              "--fact enforce_eager=true|false", bool),
 }
+OPTIONAL_FACTS = ("enforce_eager",)
 REVISION_FACTS = ("target_revision", "draft_revision")
 USER_FACT_NAMES = tuple(name for name in FACTS if name not in REVISION_FACTS)
 
@@ -177,6 +193,10 @@ def parse_graph_mode(text: str) -> tuple[str, str]:
 
 def check_user_value(name: str, raw: str) -> object:
     spec = FACTS[name]
+    if spec.parse is bool:
+        if raw.lower() not in ("true", "false"):
+            raise UnusableInput(f"--fact {name}: expected true or false, got {raw!r}")
+        return raw.lower() == "true"
     if spec.parse is str:
         if name in REVISION_FACTS and not re.fullmatch(REVISION_PATTERN, raw):
             raise UnusableInput(f"{spec.option.split()[0]}: a revision is a full 40-hex git "
@@ -255,6 +275,8 @@ class ExportOptions:
     draft_config: Path | None = None
     envelope_only: bool = False
     acceptance_length: float | None = None  # export only the decode points requested at it
+    nextn_accepted: float | None = None     # the user's, checked against the rows' AL
+    repeats_from: tuple[Path, ...] = ()     # other engine starts: repeatability samples
     graph_modes: Mapping[str, str] = field(default_factory=dict)   # phase -> the mode it keeps
     known_configs: Mapping[str, KnownConfig] = field(default_factory=dict)   # sha256 -> text
 
@@ -496,13 +518,55 @@ def _check_collisions(phase: str, chosen: list[Selected], reasons: list[str]) ->
 
 
 def _check_graph_modes(phase: str, chosen: list[Selected], reasons: list[str]) -> None:
+    """The consumer reads no CUDA-graph label and interpolates along curves of one batch (a
+    prefill token curve at one KV total, a KV curve at one token total, a decode KV curve)
+    and, for decode, between batches. A phase may mix modes only where no query can fall
+    between two points of different modes: a token curve may change mode between
+    per-request token counts s and s+1 (batch B: totals B*s and B*(s+1)), decode between
+    batches B and B+1; never along a KV curve."""
     modes = {item.observation.graph_mode for item in chosen}
-    if len(modes) > 1:
+    if len(modes) < 2:
+        return
+    crossings = _mode_crossings(phase, chosen)
+    if crossings:
+        shown = "; ".join(crossings[:3]) + ("; ..." if len(crossings) > 3 else "")
         reasons.append(f"{phase}.graph_mode: steps ran in {len(modes)} modes "
                        f"({_modes_by_point(chosen)}); the consumer reads no CUDA-graph label "
-                       "and would interpolate them as one curve: export one mode at a time "
-                       f"(--graph-mode {phase}=MODE; the points left out are listed in the "
-                       "manifest)")
+                       f"and would interpolate across modes ({shown}): export one mode at a "
+                       f"time (--graph-mode {phase}=MODE; the points left out are listed in "
+                       "the manifest), or collect both sides of each mode change "
+                       "(--grid aisimulate does)")
+
+
+def _mode_crossings(phase: str, chosen: list[Selected]) -> list[str]:
+    """Each pair of neighbouring points of one consumer curve that ran in different modes
+    with room for a query between them."""
+    points = [(coordinates(phase, item.observation), item.observation) for item in chosen]
+    curves: dict[tuple, list[tuple[int, Observation]]] = {}
+    for (batch, new, kv), obs in points:
+        if phase == PHASE_PREFILL:
+            curves.setdefault(("tokens", batch, kv), []).append((new, obs))
+            curves.setdefault(("KV", batch, new), []).append((kv, obs))
+        else:
+            curves.setdefault(("KV", batch, 0), []).append((kv, obs))
+    crossings = []
+    for (axis, batch, _), curve in sorted(curves.items(), key=lambda c: c[0]):
+        curve.sort(key=lambda item: item[0])
+        for (a, first), (b, second) in pairwise(curve):
+            adjacent = axis == "tokens" and b - a == batch
+            if first.graph_mode != second.graph_mode and not adjacent:
+                crossings.append(f"batch {batch}: {axis} {a} ({first.graph_mode}) to {b} "
+                                 f"({second.graph_mode})")
+    if phase == PHASE_DECODE:
+        by_batch: dict[int, set[str]] = {}
+        for (batch, _, _), obs in points:
+            by_batch.setdefault(batch, set()).add(obs.graph_mode)
+        ordered = sorted(by_batch.items())
+        for (a, low), (b, high) in pairwise(ordered):
+            if low != high and b != a + 1:
+                crossings.append(f"batches {a} ({'/'.join(sorted(low))}) and {b} "
+                                 f"({'/'.join(sorted(high))}) are not adjacent")
+    return crossings
 
 
 def _check_prefixes(chosen: list[Selected], reasons: list[str]) -> None:
@@ -545,7 +609,8 @@ def resolve_facts(a: Artifact, options: ExportOptions, reasons: list[str]) -> di
     engine facts are required by the table only (envelopes record those at hand)."""
     facts: dict[str, Fact] = {}
     for name in FACTS:
-        required = name in REVISION_FACTS or not options.envelope_only
+        required = name in REVISION_FACTS or not (options.envelope_only
+                                                  or name in OPTIONAL_FACTS)
         fact = resolve_fact(a, name, options.user_facts, reasons, required=required)
         if fact is not None:
             facts[name] = fact
@@ -565,6 +630,12 @@ def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) 
         value = _resolved(a, path, reasons)
         if value is not None:
             facts[name] = Fact(value, f"artifact {path} ({_field(a, path).source})")
+    found = a.identity.attention_backend
+    facts["attention_backend"] = (
+        Fact(found.value, f"artifact identity.attention_backend ({found.source})")
+        if found.resolved and isinstance(found.value, str) and found.value else
+        Fact(AUTO_BACKEND, f"the consumer's 'auto' (engine decided): "
+                           f"identity.attention_backend unresolved ({found.reason})"))
     precision = _precision(a, facts, reasons)
     configs = {role: _config(a, role, options, reasons) for role in ("target", "draft")}
     _check_dense(configs.get("target"), reasons)
@@ -691,12 +762,13 @@ def assert_speculative(execution: Sequence[str], k: int) -> None:
 
 
 def cell_id(*, model_path: str, system: str, phase: str, tp: int,
-            precision: Mapping[str, str], execution: Sequence[str]) -> str:
-    """The consumer planner's _cell_id for this cell (backend policy auto)."""
+            precision: Mapping[str, str], execution: Sequence[str],
+            attention_backend: str = AUTO_BACKEND) -> str:
+    """The consumer planner's _cell_id for this cell."""
     payload = {
         "backend": "vllm", "model_path": model_path, "system": system, "phase": phase,
         "topology": topology(tp), "weight_quantization": precision["gemm_quant_mode"],
-        "kv_cache_dtype": precision["kv_cache_dtype"], **BACKEND_POLICY,
+        "kv_cache_dtype": precision["kv_cache_dtype"], **backend_columns(attention_backend),
         **dict(zip(EXECUTION_COLUMNS, execution, strict=True)),
         "input_text_sha256": "", "point_source": POINT_SOURCE,
     }
@@ -828,11 +900,10 @@ def build_envelope(a: Artifact, legacy: str | None, phase: str, chosen: list[Sel
 
 
 def one_graph_mode(chosen: list[Selected]) -> str:
-    """The one CUDA-graph mode of a phase's exported steps (check refuses a mix)."""
-    modes = {item.observation.graph_mode for item in chosen}
-    if len(modes) != 1:
-        raise AssertionError(f"a consumer cell takes one graph mode, got {sorted(modes)}")
-    return modes.pop()
+    """The CUDA-graph mode of a phase's exported steps, or 'mixed:A,B' for a phase whose
+    modes change only where no query falls between (check refuses any other mix)."""
+    modes = sorted({item.observation.graph_mode for item in chosen})
+    return modes[0] if len(modes) == 1 else "mixed:" + ",".join(modes)
 
 
 @dataclass(frozen=True)
@@ -845,6 +916,7 @@ class RowIdentity:
     precision: dict[str, str]
     execution: tuple[str, str, str, str]
     tp: int
+    attention_backend: str = AUTO_BACKEND
 
 
 # --- The speculative FPM table --------------------------------------------------------------
@@ -868,16 +940,17 @@ def table_rows(a: Artifact, selected: Mapping[str, list[Selected]], *, identity:
                 "weight_quantization": identity.precision["gemm_quant_mode"],
                 **identity.precision, "fmha_resolution": FMHA_RESOLUTION,
                 "parallel_strategy": parallel_strategy(identity.tp),
-                **topology(identity.tp), **BACKEND_POLICY,
+                **topology(identity.tp), **backend_columns(identity.attention_backend),
                 **dict(zip(EXECUTION_COLUMNS, identity.execution, strict=True)),
                 "workload_kind": phase, "batch_size": batch, "total_prefill_tokens": new,
                 "total_kv_read_tokens": kv, "partition_policy": PARTITION_POLICY,
                 "kv_seed_regime": TABLE_SEED_REGIME[phase == PHASE_DECODE or kv > 0],
                 "latency_ms": obs.timing.seconds * 1000.0,
-                # the unbooked passes before this step; the times the point was measured,
-                # of which this row is one sample
+                # the unbooked passes before this step; the row is one observation (the
+                # median of the point's repeats: sdbench_repeats, sdbench_selection), so
+                # the consumer's repeats and sample count of this row are 1
                 "warmup_repeats": obs.warmup_passes,
-                "measurement_repeats": len(item.repeats_seconds),
+                "measurement_repeats": 1,
                 "measurement_policy": TABLE_POLICY, "timing_scope": TIMING_SCOPE,
                 "measurement_reduction": REDUCTION, "source_sample_count": 1,
                 **run, **_labels(phase, item, k),
@@ -920,6 +993,15 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     left_out = _select_acceptance(artifact, selected, options.acceptance_length, reasons)
     left_out += _select_graph_modes(selected, options.graph_modes, reasons)
     check(artifact, selected, options, reasons)
+    acceptance = measured_acceptance(artifact, selected, options.nextn_accepted, reasons)
+    others = []
+    for other_path in options.repeats_from:
+        other, _, _ = read_artifact(other_path)
+        reasons += repeatability.same_collection_errors(artifact, other, str(other_path))
+        others.append(other)
+    repeats = repeatability.assess(artifact, others, {
+        phase: [(item.observation.point_index, item.observation.timing.seconds)
+                for item in chosen] for phase, chosen in selected.items()})
     deployment = None
     if options.envelope_only:
         facts = resolve_facts(artifact, options, reasons)
@@ -941,8 +1023,15 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staging, 0o777 & ~umask)   # mkdtemp makes 0700; an export is for sharing
+        _write_json(staging / REPEATABILITY_FILE, repeats)
         manifest = _build(artifact, legacy, raw, path, selected, deployment, facts, options,
-                          staging, final, left_out)
+                          staging, final, left_out, acceptance)
+        manifest["repeatability"] = {
+            "file": REPEATABILITY_FILE,
+            **{key: repeats[key] for key in ("status", "point_counts", "source_agreement_failed",
+                                             "cv", "source_relative_difference",
+                                             "engine_starts", "sample_rule", "policy")}}
+        _write_json(staging / MANIFEST_FILE, manifest)
         _swap_into_place(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -965,23 +1054,33 @@ def _swap_into_place(staging: Path, final: Path) -> None:
 def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
            selected: Mapping[str, list[Selected]], deployment: Deployment | None,
            facts: Mapping[str, Fact], options: ExportOptions, staging: Path,
-           final: Path, left_out: list[str]) -> dict:
+           final: Path, left_out: list[str], acceptance: dict | None) -> dict:
     k = a.speculative.draft_depth
     run12 = a.run_id[:12]
     pod, attempt = f"sdbench-{run12}", f"sdbench-{a.run_id}"
     cells = {phase: f"sdbench-envelope-{phase}-{run12}" for phase in selected}
     built = _profile(a, deployment, final) if deployment is not None else None
     profile, identity = built if built is not None else (None, None)
-    if deployment is not None and identity is not None:
+    artifact_sha = hashlib.sha256(raw).hexdigest()
+    plan: dict | None = None
+    notes: list[str] = []
+    if deployment is not None and identity is not None and profile is not None:
         cells = {phase: cell_id(model_path=identity.model_path, system=identity.system,
                                 phase=phase, tp=identity.tp, precision=identity.precision,
-                                execution=identity.execution) for phase in selected}
+                                execution=identity.execution,
+                                attention_backend=identity.attention_backend)
+                 for phase in selected}
         for role, (data, _source) in deployment.configs.items():
             (staging / "model" / role).mkdir(parents=True, exist_ok=True)
             (staging / "model" / role / "config.json").write_bytes(data)
-    artifact_sha = hashlib.sha256(raw).hexdigest()
-    core = {"artifact_sha256": artifact_sha, "cells": cells, "fpm_profile": profile}
-    plan_sha = canonical_hash(core)
+        plan, notes = _consumer_plan(a, deployment, identity, profile, cells, selected)
+    if plan is not None:
+        plan_sha = str(plan["sha256"])
+        _write_json(staging / "campaign" / cplan.PLAN_FILE, plan)
+        _write_json(staging / "campaign" / cplan.OVERRIDES_FILE, {})
+    else:   # envelopes only, or no consumer plan: a hash of the export's own inputs
+        plan_sha = canonical_hash({"artifact_sha256": artifact_sha, "cells": cells,
+                                   "fpm_profile": profile})
     worker = f"{pod}-rank0"
     version = str(_field(a, "identity.engine_version").value)
     for phase, chosen in selected.items():
@@ -993,6 +1092,8 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
             "runtime": {"backend": "vllm", "backend_version": version},
             "producer": {"package": PACKAGE_NAME, "version": __version__,
                          "artifact_run_id": a.run_id, "artifact_sha256": artifact_sha}})
+        if plan is not None:
+            _write_json(raw_dir / cplan.RECEIPT_FILE, cplan.receipt(plan, cells[phase], attempt))
     run = {"source_plan_sha256": plan_sha, "collector_attempt_id": attempt,
            "runtime_run_id": a.run_id, "runtime_grid_digest": a.integrity.grid_digest}
     table = None
@@ -1005,21 +1106,140 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
             "coordinate_system": TABLE_COORDINATES, "measurement_policy": TABLE_POLICY,
             "timing_scope": TIMING_SCOPE,
             "warmup_repeats": a.measurement_policy.warmup.min_passes,
-            "measurement_repeats": a.measurement_policy.repeats,
+            # each row is one observation (single_sample, source_sample_count 1)
+            "measurement_repeats": 1,
+            "sdbench_selection": selection_rule(a),
             "sdbench_measurement_policy": typed.encode(a.measurement_policy),
             "source_plan_sha256": [plan_sha], "collector_attempt_ids": [attempt],
             "runtime_run_ids": [a.run_id], "runtime_grid_digests": [a.integrity.grid_digest],
-            "aic_revision": f"{PACKAGE_NAME} {__version__} export",
+            "aic_revision": AIC_REVISION,
             "model_paths": [identity.model_path], "system": identity.system,
             "backend": "vllm", "backend_version": version,
             "producer": {"package": PACKAGE_NAME, "version": __version__}})
         table = {"systems_root": "systems", "parquet": str(dest / TABLE_FILE),
                  "metadata": str(dest / TABLE_METADATA_FILE), "rows": len(rows)}
+        if deployment is not None and acceptance is not None and profile is not None:
+            _write_json(staging / PREDICT_FILE, predict_config(
+                a, deployment, profile, identity, final / "systems", acceptance))
+        if plan is not None:
+            _write_json(staging / cplan.CHECKPOINT_DIR / cplan.CHECKPOINT_FILE, cplan.checkpoint(
+                plan, attempt_id=attempt, started_at=a.started_at or a.created_at,
+                artifact_dirs={cells[p]: str(final / "campaign" / "cells" / cells[p])
+                               for p in selected},
+                pods=[pod], counts={p: len(chosen) for p, chosen in selected.items()},
+                table={"parquet": str(final / dest / TABLE_FILE),
+                       "metadata": str(final / dest / TABLE_METADATA_FILE)}, rows=rows))
     manifest = _manifest(a, legacy, path, artifact_sha, selected, deployment, facts, options,
                          identity=identity, cells=cells, plan_sha=plan_sha, attempt=attempt,
-                         pod=pod, table=table, k=k, left_out=left_out)
+                         pod=pod, table=table, k=k, left_out=left_out, plan=plan, notes=notes,
+                         acceptance=acceptance)
     _write_json(staging / MANIFEST_FILE, manifest)
     return manifest
+
+
+def measured_acceptance(a: Artifact, selected: Mapping[str, list[Selected]],
+                        nextn_accepted: float | None, reasons: list[str]) -> dict | None:
+    """The acceptance the exported decode rows ran at: the consumer prices a decode step from
+    them at nextn_accepted (accepted drafts per request and step = AL - 1), which it takes
+    from its config. The rows' mean run AL gives the value; a user's value outside the
+    rows' measured range is refused, one off their mean by more than 5% warned."""
+    observations = [item.observation for item in selected.get(PHASE_DECODE, [])
+                    if isinstance(item.observation, DecodeObservation)]
+    runs = [o.run_acceptance_length for o in observations]
+    if not runs:
+        return None
+    low, high, mean = min(runs), max(runs), math.fsum(runs) / len(runs)
+    k = a.speculative.draft_depth
+    result: dict[str, Any] = {
+        "rows_run_acceptance_length": {"min": low, "max": high, "mean": mean,
+                                       "rows": len(runs)},
+        "nextn_accepted": round(mean - 1, 4),
+        "source": "the exported decode rows' mean run acceptance length - 1", "warnings": []}
+    if nextn_accepted is not None:
+        if not (0 <= nextn_accepted <= k and low - 1 <= nextn_accepted <= high - 1):
+            reasons.append(f"--nextn-accepted {nextn_accepted:g}: the decode rows were measured "
+                           f"at acceptance lengths {low:.3f}-{high:.3f} (nextn_accepted "
+                           f"{low - 1:.3f}-{high - 1:.3f}, K={k}); the consumer would price "
+                           "steps at an acceptance no row ran at")
+        elif abs(nextn_accepted + 1 - mean) > 0.05 * mean:
+            result["warnings"].append(
+                f"nextn_accepted {nextn_accepted:g} is more than 5% off the rows' mean run "
+                f"acceptance length {mean:.3f} (nextn_accepted {mean - 1:.3f})")
+        result.update(nextn_accepted=nextn_accepted, source=SOURCE_USER)
+    return result
+
+
+def predict_config(a: Artifact, d: Deployment, profile: dict, identity: RowIdentity,
+                   systems: Path, acceptance: dict) -> dict:
+    """The consumer's predict config of this export (aisimulate predict -c): every engine
+    value from the artifact (or the user's facts), direct interpolation with fallback
+    denied. The traffic is a placeholder for the user's workload."""
+    f: dict[str, Any] = {name: fact.value for name, fact in d.facts.items()}
+    chunked = a.identity.settings.enable_chunked_prefill
+    engine: dict[str, Any] = {
+        "mode": "aggregated", "model": identity.model_path, "fpm_profile": profile,
+        "hardware": identity.system, "backend": "vllm", "backend_version": identity.version,
+        "nextn": a.speculative.draft_depth, "nextn_accepted": acceptance["nextn_accepted"],
+        "systems_paths": [str(systems)], "estimation_mode": "fpm_interpolation",
+        "fallback_policy": "deny",
+        "estimator_config": {"fpm_interpolation": {"method": "direct"}},
+        "workers": {"aggregated": {
+            "scheduler": {"max_batched_tokens": f["max_num_batched_tokens"],
+                          "max_sequences": f["max_num_seqs"]},
+            "kv_cache": {"capacity": {"memory_fraction": f["gpu_memory_utilization"]}}}}}
+    if chunked.resolved and isinstance(chunked.value, bool):
+        engine["enable_chunked_prefill"] = chunked.value
+    return {"traffic": {"source": {"type": "synthetic", "input_tokens": 1024,
+                                   "output_tokens": 128},
+                        "load": {"type": "concurrency", "concurrency": 1},
+                        "stop": {"requests": 8}},
+            "engine": engine}
+
+
+def selection_rule(a: Artifact) -> dict:
+    """How a row's one observation was chosen among the point's repeats."""
+    return {"rule": "the observation at the lower median of the point's repeats by time",
+            "repeats_per_point": a.measurement_policy.repeats,
+            "reduction": REDUCTION, "source_sample_count": 1}
+
+
+def _consumer_plan(a: Artifact, d: Deployment, identity: RowIdentity, profile: dict,
+                   cells: Mapping[str, str], selected: Mapping[str, list[Selected]]
+                   ) -> tuple[dict | None, list[str]]:
+    """The consumer's collection plan of this export (export.consumer_plan), or None with
+    the reason where the artifact cannot state it."""
+    f: dict[str, Any] = {name: fact.value for name, fact in d.facts.items()}
+    mode, sizes = a.identity.cudagraph_mode, a.identity.settings.cudagraph_capture_sizes
+    target = d.configs.get("target")
+    if "enforce_eager" not in f or not mode.resolved or mode.value not in cplan.CUDAGRAPH_MODE:
+        what = ("identity.settings.enforce_eager unresolved (pass --fact enforce_eager=...)"
+                if "enforce_eager" not in f else f"identity.cudagraph_mode {mode.value!r}")
+        return None, [f"no consumer collection plan: {what}"]
+    if target is None:
+        return None, ["no consumer collection plan: no target config.json"]
+    # the engine's capture sizes where the artifact has them; else the plan names the mode
+    captures = tuple(sizes.value) if isinstance(sizes.value, (list, tuple)) else ()
+    plan = cplan.collection_plan(cplan.PlanInputs(
+        model_path=identity.model_path, system=identity.system, version=identity.version,
+        tp=identity.tp, strategy=parallel_strategy(identity.tp),
+        architecture=str(f["architecture"]), config=json.loads(target[0]),
+        precision=identity.precision, attention_backend=identity.attention_backend,
+        cells={phase: (cells[phase], identity.execution) for phase in selected},
+        max_model_len=int(f["max_model_len"]),
+        max_num_batched_tokens=int(f["max_num_batched_tokens"]),
+        max_num_seqs=int(f["max_num_seqs"]),
+        gpu_memory_utilization=float(f["gpu_memory_utilization"]),
+        cudagraph_mode=cplan.CUDAGRAPH_MODE[str(mode.value)], capture_sizes=captures,
+        enforce_eager=bool(f["enforce_eager"]),
+        warmup_iterations=a.measurement_policy.warmup.min_passes,
+        points={phase: [coordinates(phase, item.observation) for item in chosen]
+                for phase, chosen in selected.items()},
+        profile=profile, aic_revision=AIC_REVISION))
+    if plan is None:
+        return None, [f"no consumer collection plan: this exporter does not map the consumer's "
+                      f"capability of architecture {f['architecture']!r} "
+                      f"(known: {', '.join(sorted(cplan.CAPABILITY_BY_ARCHITECTURE))})"]
+    return plan, []
 
 
 def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity]:
@@ -1044,7 +1264,8 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
         "deployments": [{
             "system": f["system"], "backend": "vllm", "backend_version": f["engine_version"],
             **topology(_tp(a)),
-            **d.precision, "worker_type": "aggregated", "execution_profile": spec,
+            **d.precision, "attention_backend": f["attention_backend"],
+            "worker_type": "aggregated", "execution_profile": spec,
             "resources": {
                 "runtime_memory": {
                     "kv_cache_bytes": kv_cache_bytes,
@@ -1063,13 +1284,15 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
                     ("max_num_batched_tokens", "max_num_seqs"))}}],
     }
     return profile, RowIdentity(model_path, draft_path, str(f["system"]),
-                                str(f["engine_version"]), d.precision, execution, _tp(a))
+                                str(f["engine_version"]), d.precision, execution, _tp(a),
+                                str(f["attention_backend"]))
 
 
 def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, deployment,
               resolved: Mapping[str, Fact], options: ExportOptions, *, identity, cells,
-              plan_sha, attempt, pod, table, k: int, left_out: list[str]) -> dict:
-    warnings = _warnings(a, selected)
+              plan_sha, attempt, pod, table, k: int, left_out: list[str], plan: dict | None,
+              notes: list[str], acceptance: dict | None) -> dict:
+    warnings = _warnings(a, selected) + notes + (acceptance or {}).get("warnings", [])
     facts = {name: {"value": fact.value, "source": fact.source}
              for name, fact in sorted(resolved.items())}
     user = sorted(name for name, fact in facts.items() if fact["source"] == SOURCE_USER)
@@ -1103,7 +1326,17 @@ def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, depl
         "topology": topology(_tp(a)), "parallel_strategy": parallel_strategy(_tp(a)),
         "execution_identity": list(identity.execution) if identity else None,
         "cells": cells, "plan_sha256": plan_sha, "attempt_id": attempt, "pod": pod,
+        "consumer_plan": None if plan is None else {
+            "collection_plan": f"campaign/{cplan.PLAN_FILE}",
+            "generator_overrides": f"campaign/{cplan.OVERRIDES_FILE}",
+            "checkpoint": f"{cplan.CHECKPOINT_DIR}/{cplan.CHECKPOINT_FILE}",
+            "hash_rule": ("the consumer's canonical hash (runtime_memory.validate_saved_plan) "
+                          "of the plan's immutable inputs"),
+            "points": "the exported rows' coordinates as its frozen explicit manifest"},
         "fpm_profile": PROFILE_FILE if identity else None, "table": table,
+        "predict_config": PREDICT_FILE if identity and acceptance else None,
+        "acceptance": None if acceptance is None else
+        {key: value for key, value in acceptance.items() if key != "warnings"},
         "graph_modes": {phase: one_graph_mode(chosen) for phase, chosen in selected.items()},
         "selection": {
             "rule": ("per point the observation at the lower median of its repeats' times "

@@ -58,6 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="export only the decode points requested at this synthetic "
                              "acceptance length (the consumer has no AL axis: an AL sweep "
                              "exports one AL at a time, to DIR/<run_id>-al<AL>/)")
+    parser.add_argument("--nextn-accepted", type=float, metavar="N",
+                        help="the consumer's nextn_accepted (accepted drafts per request and "
+                             "step, AL - 1) for the export's predict config; refused outside "
+                             "the acceptance the decode rows ran at (default: their mean)")
+    parser.add_argument("--repeats-from", action="append", default=[], type=Path,
+                        metavar="ARTIFACT",
+                        help="another engine start of the same identity and grid: its "
+                             "observations are repeatability samples (one per round, else one "
+                             "per start); repeatable")
     parser.add_argument("--envelope-only", action="store_true",
                         help="write the native envelopes and their provenance only, without "
                              "the profile and the table (the only export of a CPU artifact)")
@@ -89,6 +98,8 @@ def options_from(args, known_configs: Mapping[str, KnownConfig]) -> ExportOption
     return ExportOptions(system=args.system, user_facts=facts,
                          target_config=args.target_config, draft_config=args.draft_config,
                          acceptance_length=args.acceptance_length, graph_modes=graph_modes,
+                         nextn_accepted=args.nextn_accepted,
+                         repeats_from=tuple(args.repeats_from),
                          envelope_only=args.envelope_only, known_configs=known_configs)
 
 
@@ -119,6 +130,11 @@ def run(args, known_configs: Mapping[str, KnownConfig]) -> int:
         print(f"EXPORTED {path} -> {done.root} ({what})")
         if m["user_facts"]:
             print(f"  facts given by the user: {', '.join(m['user_facts'])}")
+        r = m["repeatability"]
+        print(f"  repeatability (the consumer's rule: {r['policy']['samples']} samples, CV <= "
+              f"{r['policy']['cv_threshold']:.0%}, agreement <= "
+              f"{r['policy']['source_agreement_threshold']:.0%}): {r['status']} "
+              f"{r['point_counts']}")
         for warning in m["warnings"]:
             print(f"  warning: {warning}")
     return worst

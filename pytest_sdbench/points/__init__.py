@@ -10,7 +10,22 @@ from ..wire.points import (
     grid_digest,
     parse_grid,
 )
+from .consumer import is_derived, plan_grid, plan_path
 from .defaults import default_grid, derived_grid, load_grid
 
+
+def read_grid_source(source: str, draft_depth: int, acceptance_length: float | None
+                     ) -> Grid | None:
+    """The grid --grid names, read now (before an engine starts): a manifest file, or the
+    points of a consumer plan (aisimulate:PATH); None for a grid the engine's limits derive
+    (aisimulate, aisimulate-native: points.consumer)."""
+    if is_derived(source):
+        return None
+    path = plan_path(source)
+    if path is not None:
+        return plan_grid(path, draft_depth, acceptance_length)
+    return load_grid(source)
+
+
 __all__ = ["DecodePoint", "EngineLimits", "Grid", "GridError", "PrefillPoint", "default_grid",
-           "derived_grid", "grid_digest", "load_grid", "parse_grid"]
+           "derived_grid", "grid_digest", "load_grid", "parse_grid", "read_grid_source"]

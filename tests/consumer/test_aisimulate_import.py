@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib.metadata
 import io
 import json
@@ -47,13 +48,12 @@ from collector.fpm_forward.native_artifact import (
     select_native_measurements,
     validate_native_collection,
 )
-from collector.fpm_forward.planner import (
-    FPMCell,
-    FPMCollectionPlan,
-    _backend_policies,
-    _cell_id,
+from collector.fpm_forward.planner import FPMCell, _backend_policies, _cell_id
+from collector.fpm_forward.repeatability import (
+    load_repeatability_deployment,
+    load_repeatability_source,
 )
-from collector.fpm_forward.topology import topology_strategy
+from collector.fpm_forward.runtime_memory import validate_saved_plan
 from collector.fpm_forward.types import ParallelTopology
 
 from pytest_sdbench.cli import main
@@ -115,6 +115,9 @@ def export_h200(path: Path, out: Path, acceptance_length: float | None = None,
             extra += [option, revision]
     if _header(path)["schema_version"] == 3:
         extra += [arg for fact in V3_QWEN3_FACTS for arg in ("--fact", fact)]
+        # the oracle presets run eager unless --sdbench-cuda-graphs: mode 'none' is eager
+        eager = identity["cudagraph_mode"]["value"] == "none"
+        extra += ["--fact", f"enforce_eager={str(eager).lower()}"]
     code, text = sdbench_export([path], out, *extra)
     if code == 1:
         reasons = [line for line in text.splitlines() if line.startswith("  - ")]
@@ -175,10 +178,20 @@ def _exports(paths: list[Path], what: str) -> list:
 
 # --- the consumer's plan of the exported cells ------------------------------------------------
 
-def build_plan(manifest: dict, execution: tuple[str, ...], profile: dict):
-    """The consumer's FPMCollectionPlan of the export: capability resolved by the consumer
-    from the shipped config.json, cells of the phases present, ids by planner._cell_id."""
-    facts = {name: fact["value"] for name, fact in manifest["facts"].items()}
+def saved_plan(root: Path):
+    """The export's collection plan as the consumer reads a campaign it did not plan
+    (repeatability.load_repeatability_source: validate_saved_plan's hash, and an exact
+    rebuild of every field)."""
+    return load_repeatability_source(root / "campaign")
+
+
+def check_plan_is_the_consumers(root: Path, manifest: dict, execution: tuple[str, ...]):
+    """The export's plan under the consumer's own rules: its hash, its capability of the
+    shipped config.json, its cell ids; the manifest's plan identity is that hash."""
+    plan = saved_plan(root)
+    saved = json.loads((root / "campaign" / "collection-plan.json").read_text())
+    validate_saved_plan(saved)
+    assert plan.sha256 == saved["sha256"] == manifest["plan_sha256"]
     precision = manifest["precision"]
     capability = resolve_model_capability(
         backend="vllm", model_path=manifest["model_path"], model_architecture=None,
@@ -186,47 +199,32 @@ def build_plan(manifest: dict, execution: tuple[str, ...], profile: dict):
         requested_weight_quantizations=(precision["gemm_quant_mode"],),
         requested_kv_cache_dtypes=(precision["kv_cache_dtype"],),
         database_version=manifest["backend_version"], checkpoint_native_dtypes=True)
-    coordinates = {phase: [] for phase in manifest["cells"]}
-    for row in manifest["rows"]:
-        coordinates[row["phase"]].append({key: row[key] for key in (
-            "batch_size", "total_prefill_tokens", "total_kv_read_tokens")})
-    gpus = manifest["topology"]["tp"]
-    options = FPMCollectionOptions(
-        max_gpus=gpus, gpu_counts=(gpus,), parallel_presets=("tp",), parallel_axes=(),
-        moe_backend="auto", attention_backend="auto", enable_wideep="false",
-        enable_eplb="false", weight_quantizations=(precision["gemm_quant_mode"],),
-        kv_cache_dtypes=(precision["kv_cache_dtype"],),
-        vllm_max_model_len=facts["max_model_len"],
-        max_num_batched_tokens=facts["max_num_batched_tokens"],
-        max_num_seqs=facts["max_num_seqs"],
-        gpu_memory_utilization=facts["gpu_memory_utilization"], worker_type="aggregated",
-        benchmark_points_json=json.dumps(coordinates, sort_keys=True))
-    policy = _backend_policies(options, {}, backend="vllm")[0]
+    assert capability.to_dict() == saved["capability"]
     topology = ParallelTopology(**manifest["topology"])
-    dtype = capability.dtype
-    kv = precision["kv_cache_dtype"]
-    cells = tuple(FPMCell(
-        cell_id=_cell_id(backend="vllm", model_path=manifest["model_path"],
-                         system=manifest["system"], phase=phase, topology=topology,
-                         weight_quantization=dtype.gemm_quant_mode, kv_cache_dtype=kv,
-                         policy=policy, execution=execution),
-        workload_kind=phase, topology=topology, weight_quantization=dtype.gemm_quant_mode,
-        kv_cache_dtype=kv, backend_policy=policy, gemm_quant_mode=dtype.gemm_quant_mode,
-        moe_quant_mode=dtype.moe_quant_mode, fmha_quant_mode=dtype.fmha_by_kv_dtype[kv],
-        comm_quant_mode=dtype.comm_quant_mode,
-        parallel_strategy=topology_strategy(topology, is_moe=capability.is_moe),
-        fmha_resolution=dtype.fmha_resolution_by_kv_dtype[kv],
-        execution_identity=tuple(execution)) for phase in manifest["cells"])
-    plan = FPMCollectionPlan(
-        backend="vllm", model_path=manifest["model_path"], system=manifest["system"],
-        aic_revision="pytest-sdbench consumer test", generator_config_sha256="",
-        options=options, capability=capability, dtype_profile=dtype, topologies=(topology,),
-        topology_memory_admission=(), backend_policies=(policy,), cells=cells,
-        sha256=manifest["plan_sha256"],
-        _fpm_profile_json=json.dumps(profile, sort_keys=True, separators=(",", ":")),
-        runtime_backend_version=manifest["backend_version"],
-        backend_version=manifest["backend_version"])
+    for cell in plan.cells:
+        assert cell.cell_id == _cell_id(
+            backend="vllm", model_path=manifest["model_path"], system=manifest["system"],
+            phase=cell.workload_kind, topology=topology,
+            weight_quantization=capability.dtype.gemm_quant_mode,
+            kv_cache_dtype=precision["kv_cache_dtype"], policy=plan.backend_policies[0],
+            execution=execution)
+        assert cell.execution_identity == tuple(execution)
+    assert load_repeatability_deployment(root / "campaign") == {}
     return plan, capability
+
+
+def legacy_plan(plan, profile: dict):
+    """The consumer's plan of the same cells under its autoregressive (legacy) identity, for
+    the trap the exporter never takes."""
+    cells = tuple(dataclasses.replace(
+        cell, execution_identity=LEGACY_EXECUTION_IDENTITY,
+        cell_id=_cell_id(backend="vllm", model_path=plan.model_path, system=plan.system,
+                         phase=cell.workload_kind, topology=cell.topology,
+                         weight_quantization=cell.weight_quantization,
+                         kv_cache_dtype=cell.kv_cache_dtype, policy=cell.backend_policy,
+                         execution=LEGACY_EXECUTION_IDENTITY)) for cell in plan.cells)
+    return dataclasses.replace(plan, cells=cells,
+                               _fpm_profile_json=json.dumps(profile, sort_keys=True))
 
 
 def rust_model(manifest: dict, profile: dict, *, nextn: int, systems: Path):
@@ -375,7 +373,7 @@ def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]
     # Our selector is the consumer's Rust-normalized one, our cells its planner's.
     assert list(execution) == manifest["execution_identity"]
     exporter.assert_speculative(execution, k)
-    plan, capability = build_plan(manifest, execution, profile)
+    plan, capability = check_plan_is_the_consumers(root, manifest, execution)
     assert {c.workload_kind: c.cell_id for c in plan.cells} == manifest["cells"]
     dtype = capability.dtype
     kv = manifest["precision"]["kv_cache_dtype"]
@@ -411,8 +409,11 @@ def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]
     # The exporter's speculative table: committed, loaded at nextn=K, exact.
     table = manifest["table"]
     parquet, metadata = root / table["parquet"], root / table["metadata"]
-    committed = validate_formal_database_commit(parquet, metadata, plan,
-                                                expected_attempt_ids=attempts)
+    checkpoint = json.loads((root / "checkpoint" / "fpm_forward.json").read_text())
+    assert checkpoint["plan_sha256"] == plan.sha256
+    committed = validate_formal_database_commit(
+        parquet, metadata, plan, expected_attempt_ids=attempts,
+        expected_cell_rows=checkpoint["database"]["cell_rows"])
     assert committed["row_count"] == table["rows"] == len(manifest["rows"])
     model = rust_model(manifest, profile, nextn=k,
                        systems=with_system_yaml(root / table["systems_root"], SYSTEM))
@@ -420,10 +421,12 @@ def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]
     measured = measured_by_row(artifact_path)
     assert measured["k"] == k
     table_rows = pq.read_table(parquet).to_pylist()
-    # One CUDA-graph mode per consumer cell, the one the manifest names.
+    # Each cell's rows ran in the CUDA-graph modes the manifest names (one, or 'mixed:A,B'
+    # where the modes change only between adjacent coordinates).
     assert {phase: {r["sdbench_graph_mode"] for r in table_rows if r["workload_kind"] == phase}
             for phase in manifest["cells"]} == {
-        phase: {mode} for phase, mode in manifest["graph_modes"].items()}
+        phase: set(mode.removeprefix("mixed:").split(","))
+        for phase, mode in manifest["graph_modes"].items()}
     compared = []
     for row in sorted(table_rows, key=lambda r: (r["workload_kind"] != "prefill",
                                                  r["sdbench_point_index"])):
@@ -569,8 +572,8 @@ def edited_cell(exported, phase: str, name: str, edit) -> tuple[FPMCell, Path, o
     """A copy of the export's cell of a phase (envelope and provenance) whose envelope
     edit(envelope) changes, its measured total resealed: the consumer's cell, the copy's
     raw folder and the consumer's plan."""
-    root, manifest, profile, _ = exported
-    plan, _ = build_plan(manifest, tuple(manifest["execution_identity"]), profile)
+    root = exported[0]
+    plan = saved_plan(root)
     cell = next(c for c in plan.cells if c.workload_kind == phase)
     raw = root.parent / name / "raw"
     shutil.copytree(root / "campaign" / "cells" / cell.cell_id / "raw", raw)
@@ -776,7 +779,7 @@ def test_exporter_never_writes_an_autoregressive_identity(exported, tmp_path):
     refused(lambda: rust_model(manifest, ar, nextn=0, systems=systems))
     # The trap itself, on the consumer's side: legacy identity cells over our envelopes.
     legacy_manifest = dict(manifest, cells={})
-    plan, _ = build_plan(manifest, LEGACY_EXECUTION_IDENTITY, ar)
+    plan = legacy_plan(saved_plan(root), ar)
     legacy_root = tmp_path / "legacy-route"
     for cell in plan.cells:
         ours = manifest["cells"][cell.workload_kind]
