@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import atomic_write_text
+from .files import atomic_write_bytes, atomic_write_text
 from .wire.contract import GRAPH_EAGER, GRAPH_FULL, GRAPH_PIECEWISE, PHASE_DECODE, PHASE_PREFILL
 from .wire.model import Artifact, PointSummary, summarize
 
@@ -321,8 +321,7 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
 
     def save(name: str, fig) -> tuple[str, bytes]:
         data = png_bytes(fig)
-        path = out / name
-        path.write_bytes(data)
+        path = atomic_write_bytes(out / name, data)   # a link at the name is replaced
         written.append(path)
         return name, data
     for stem, (path, artifact) in zip(_unique_stems([p for p, _ in artifacts]), artifacts,

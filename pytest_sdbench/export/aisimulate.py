@@ -938,11 +938,13 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     final = (out / name).resolve()
     staging = Path(tempfile.mkdtemp(prefix=f".{artifact.run_id}.", suffix=".tmp", dir=out))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)   # mkdtemp makes 0700; an export is for sharing
         manifest = _build(artifact, legacy, raw, path, selected, deployment, facts, options,
                           staging, final, left_out)
+        umask = os.umask(0)
+        os.umask(umask)
+        # mkdtemp makes 0700; an export is for sharing, once built (while it is built,
+        # nobody else can plant a link where one of its files is written).
+        os.chmod(staging, 0o777 & ~umask)
         _swap_into_place(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
