@@ -3,10 +3,12 @@
 rank command loop (rank_server.serve) runs in threads over pipes, on stand-in engines; the
 real TP=2 engine is in test_tp."""
 
+import os
 import subprocess
 import sys
 import threading
 from multiprocessing import Pipe
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -251,3 +253,22 @@ def test_a_refusal_on_one_rank_while_its_peer_hangs_ends_the_ranks_and_fails_the
     assert "rank(s) [0] gave no answer within the stall bound" in raised.value.__notes__[0]
     assert proxy.failure == "ValueError: refused before anything ran"
     assert proxy.closed
+
+
+def test_stale_shared_memory_is_judged_by_the_entry_not_what_a_link_names(tmp_path):
+    """/dev/shm is shared: a link planted there named like vLLM's segments, to a file of
+    ours, is no segment of ours; it is neither listed nor followed."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    keep = tmp_path / "precious"
+    keep.write_text("x")
+    link = shm / f"sdbench-test-cpushm-{os.getpid()}"
+    link.symlink_to(keep)
+    try:
+        assert link not in tp.stale_cpu_shm()
+        tp.remove_stale_cpu_shm()
+        assert link.is_symlink()
+    finally:
+        link.unlink()
+    assert keep.read_text() == "x"

@@ -935,7 +935,9 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
                             "'pytest-sdbench[export]' (or pass --envelope-only)")
     out.mkdir(parents=True, exist_ok=True)
     name = export_name(artifact.run_id, options.acceptance_length, options.graph_modes)
-    final = (out / name).resolve()
+    # The folder resolved, not the export's own name: a link planted there (in a folder
+    # others can write) is replaced, never followed to the folder it names.
+    final = out.resolve() / name
     staging = Path(tempfile.mkdtemp(prefix=f".{artifact.run_id}.", suffix=".tmp", dir=out))
     try:
         manifest = _build(artifact, legacy, raw, path, selected, deployment, facts, options,
