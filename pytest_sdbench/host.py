@@ -38,7 +38,7 @@ from .wire.model import RunEnvironment
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 REGISTRY_ENV = "SDBENCH_REGISTRY_DIR"   # the registry folder (default: see registry_dir)
 _LOCK_SUFFIX = ".lock"
-_ENTRY_NAME = re.compile(r"([1-9][0-9]*)\.lock")   # <pid>.lock
+_ENTRY_NAME = re.compile(r"([1-9][0-9]{0,9})\.lock")   # <pid>.lock
 _MAX_ENTRY_BYTES = 4096
 
 
@@ -171,7 +171,7 @@ def _remove_dist_file(entry: bytes, pid: int) -> None:
     link is never followed), from an entry that names the pid of its own file name."""
     try:
         data = json.loads(entry)
-    except ValueError:        # not JSON, or not UTF-8
+    except (ValueError, RecursionError):   # not JSON, not UTF-8, or nested past the parser
         return
     dist_file = data.get("dist_file") if isinstance(data, dict) and \
         data.get("pid") == pid else None

@@ -327,6 +327,7 @@ def test_a_dead_entrys_dist_file_is_removed_only_when_it_is_this_users_vllm_dist
     other.write_text("")
     (registry / "111111115.lock").write_text(json.dumps({"pid": 1, "dist_file": str(other)}))
     (registry / "111111116.lock").write_bytes(b"\xff not json")
+    (registry / "111111117.lock").write_text("[" * 4000)
     assert host.other_engines() == 0
     assert os.listdir(registry) == []
     assert not own.exists()
