@@ -239,6 +239,7 @@ def test_a_registry_folder_of_another_user_is_refused_and_nothing_in_it_is_touch
     monkeypatch.delenv(host.REGISTRY_ENV, raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     monkeypatch.setenv(MODEL_ROOT_ENV, str(tmp_path / "models"))
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "ERROR")   # as `sdbench collect` sets it
     real, claimed = os.getuid(), os.getuid() + 1
     folder = tmp_path / "run" / f"sdbench-engines-{claimed}"
     folder.mkdir(parents=True)
@@ -267,19 +268,22 @@ def test_a_registry_folder_of_another_user_is_refused_and_nothing_in_it_is_touch
 
 def test_an_engine_test_is_refused_in_one_line_when_the_registry_is_another_users(
         pytester, tmp_path, monkeypatch):
+    """The plugin, in a pytest process of its own whose conftest claims another uid: the
+    engine test fails before an engine starts, naming the folder; the plain test runs."""
     monkeypatch.setenv(host.REGISTRY_ENV, str(tmp_path / "theirs"))
     monkeypatch.setenv(MODEL_ROOT_ENV, str(tmp_path / "models"))
     (tmp_path / "theirs").mkdir()
     real, claimed = os.getuid(), os.getuid() + 1
-    monkeypatch.setattr(os, "getuid", lambda: claimed)
+    pytester.makeconftest(f"import os\nos.getuid = lambda: {claimed}\n")
     pytester.makepyfile("def test_plain(): pass\n"
                         "def test_engine(sdbench_engine): raise AssertionError('started')\n")
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rE")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rE")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines([f"*sdbench: {tmp_path / 'theirs'}: belongs to another user "
                                  f"(uid {real}); set SDBENCH_REGISTRY_DIR to a folder of "
                                  "your own"])
     assert "started" not in result.stdout.str()
+    assert os.listdir(tmp_path / "theirs") == []
 
 
 def test_a_registry_folder_of_this_user_open_to_others_is_made_private_and_its_plants_ignored(
