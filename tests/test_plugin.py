@@ -87,7 +87,10 @@ def test_vram_and_cuda_markers_skip_with_a_reason_on_cpu(pytester):
         def test_needs_cuda():
             raise AssertionError("must not run without CUDA")
     """)
-    result = pytester.runpytest("-rs")
+    # In a process of its own: the markers import torch, and an in-process run drops what it
+    # imported from sys.modules afterwards; torch cannot be imported twice in one process
+    # (SystemError), so a later engine start in this process would fail.
+    result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*needs a CUDA device; none is visible*"])
 
