@@ -24,7 +24,9 @@ from pytest_sdbench.testing import annotated_steps, restoration_violations, trac
 # |native / trace - 1| over the steps of one run. On the H200 the benchmark measured at
 # most 3.2% with CUDA graphs and 0.05% eager. On CPU the profiler's range holds the timer
 # (native <= trace is asserted exactly); the gap is the host work between range and timer,
-# which follows the load of a 2-core machine: -1.8% as a rule, -5.6% once in CI.
+# widened by whatever preempts a step inside it (the host's load): -1.8% over a run as a
+# rule, -5.6% once in CI. So the CPU check takes the step whose gap is least, which load
+# does not set: the timer covers all but HOST_TRACE_TOLERANCE of that step's range.
 TRACE_TOLERANCE = 0.05
 HOST_TRACE_TOLERANCE = 0.10
 
@@ -123,8 +125,8 @@ def test_snapshot_kv_is_the_schedulers_own_request_state(sdbench_engine, sdbench
     assert restoration_violations(engine) == []
 
 
-def _native_and_traced(engine) -> tuple[float, float, int]:
-    """One decode run, observed and profiled: (native seconds, trace seconds, steps)."""
+def _native_and_traced(engine) -> list[tuple[float, float]]:
+    """One decode run, observed and profiled: (native seconds, trace seconds) per step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     cuda = engine.device == "cuda"
@@ -143,17 +145,17 @@ def _native_and_traced(engine) -> tuple[float, float, int]:
     assert steps
     assert not missing, f"steps without a trace interval: {missing} (traced: {sorted(traced)})"
     assert restoration_violations(engine) == []
-    return (sum(r.timing.seconds for r in steps),
-            sum(traced[r.native_iteration_id] for r in steps), len(steps))
+    return [(r.timing.seconds, traced[r.native_iteration_id]) for r in steps]
 
 
 @pytest.mark.sdbench_cuda
 def test_cuda_step_times_agree_with_a_profiler_trace(sdbench_engine, sdbench_note):
     """CUDA events against CUPTI: the native time of each step and the time the trace says
     it held the stream, summed over a decode run, agree within TRACE_TOLERANCE."""
-    native, trace, steps = _native_and_traced(sdbench_engine)
-    sdbench_note(f"profiler (CUDA): {steps} steps native {native * 1e3:.3f} ms, trace interval "
-                 f"{trace * 1e3:.3f} ms ({100 * (native / trace - 1):+.2f}%)")
+    pairs = _native_and_traced(sdbench_engine)
+    native, trace = sum(n for n, _ in pairs), sum(t for _, t in pairs)
+    sdbench_note(f"profiler (CUDA): {len(pairs)} steps native {native * 1e3:.3f} ms, trace "
+                 f"interval {trace * 1e3:.3f} ms ({100 * (native / trace - 1):+.2f}%)")
     assert abs(native / trace - 1) <= TRACE_TOLERANCE
 
 
@@ -163,8 +165,11 @@ def test_host_step_times_agree_with_a_profiler_trace(sdbench_engine, sdbench_not
     if sdbench_engine.device != "cpu":
         pytest.skip("the host timer times CPU engines; CUDA: "
                     "test_cuda_step_times_agree_with_a_profiler_trace")
-    native, trace, steps = _native_and_traced(sdbench_engine)
-    sdbench_note(f"profiler (CPU): {steps} steps native {native * 1e3:.3f} ms, trace "
-                 f"{trace * 1e3:.3f} ms ({100 * (native / trace - 1):+.2f}%)")
+    pairs = _native_and_traced(sdbench_engine)
+    native, trace = sum(n for n, _ in pairs), sum(t for _, t in pairs)
+    best = max(n / t for n, t in pairs)
+    sdbench_note(f"profiler (CPU): {len(pairs)} steps native {native * 1e3:.3f} ms, trace "
+                 f"{trace * 1e3:.3f} ms ({100 * (native / trace - 1):+.2f}%); the closest step "
+                 f"{100 * (best - 1):+.2f}%")
     assert native <= trace * (1 + 1e-3)  # the timer lies inside the range (µs rounding)
-    assert abs(native / trace - 1) <= HOST_TRACE_TOLERANCE
+    assert best >= 1 - HOST_TRACE_TOLERANCE, pairs

@@ -105,6 +105,7 @@ def cmd_collect(args) -> int:
     # VLLM_LOGGING_LEVEL to see them).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
+    from .host import registry_dir
     from .session import InputError, check_inputs, check_vllm_installed, engine_spec
     note = k_window_note(args.k, cli=True)
     if note:
@@ -112,6 +113,7 @@ def cmd_collect(args) -> int:
     try:   # everything checkable before an engine starts (15-90 s)
         check_vllm_installed()
         check_inputs(vars(args), cli=True, out_dir=args.out)
+        registry_dir()   # another user's registry folder is refused (a ValueError)
         specs = [engine_spec(preset=args.preset, model=args.model, draft=args.draft,
                              draft_depth=k, cuda_graphs=args.cuda_graphs,
                              acceptance_length=args.acceptance_length,

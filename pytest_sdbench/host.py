@@ -6,6 +6,8 @@ Other engines are found through a registry of lock files, one per live engine, e
 locked (fcntl) by its process for the engine's lifetime: a file that can be locked belongs
 to a process that is gone. Such a stale entry is removed, with the vllm_dist_* FileStore
 file its engine recorded (vLLM removes it at a clean shutdown; a killed process cannot).
+The registry folder is this user's own (0700; another user's is refused): an entry is read
+as untrusted input all the same, and nothing in the folder is followed through a link.
 
 The monitor samples other engines at the start, after every point (the collector's
 checkpoint) and at the end, and keeps the most it saw: two engines whose collections
@@ -21,33 +23,64 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import secrets
+import stat
 import tempfile
 import time
 from pathlib import Path
 from typing import IO
 
+from .files import private_dir
 from .wire.contract import CONTENTION_OTHER_CORES
 from .wire.model import RunEnvironment
 
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+REGISTRY_ENV = "SDBENCH_REGISTRY_DIR"   # the registry folder (default: see registry_dir)
+_LOCK_SUFFIX = ".lock"
+_ENTRY_NAME = re.compile(r"([1-9][0-9]{0,9})\.lock")   # <pid>.lock
+_MAX_ENTRY_BYTES = 4096
 
 
 def registry_dir() -> Path:
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    path = Path(base) / f"sdbench-engines-{os.getuid()}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+    """The registry folder: $SDBENCH_REGISTRY_DIR, else sdbench-engines-<uid> in
+    $XDG_RUNTIME_DIR or the temp folder. This user's own, 0700, or ForeignFolder (one line,
+    naming it): in a folder someone else can write, planted entries could make a file be
+    truncated or removed, or every run look contended."""
+    chosen = os.environ.get(REGISTRY_ENV)
+    if chosen:
+        path = Path(chosen)
+    else:
+        base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+        path = Path(base) / f"sdbench-engines-{os.getuid()}"
+    return private_dir(path, REGISTRY_ENV)
 
 
 class EngineRegistration:
-    """This process's entry in the registry while an engine lives."""
+    """This process's entry in the registry while an engine lives: <pid>.lock, held open
+    and locked."""
 
     def __init__(self):
-        self.path = registry_dir() / f"{os.getpid()}.lock"
-        # Held open (and locked) for the engine's lifetime.
-        self._handle: IO[str] | None = open(self.path, "w")  # noqa: SIM115
-        fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self.record()
+        folder = registry_dir()
+        self.path = folder / f"{os.getpid()}{_LOCK_SUFFIX}"
+        # Written under a name no reader looks at (created exclusively, never through a
+        # link), locked, then renamed into place (a link planted at the entry's name is
+        # replaced, not followed): a reader never finds the entry unlocked, which it would
+        # take for a dead engine's and remove.
+        pending = folder / f".{os.getpid()}.{secrets.token_hex(8)}.new"
+        fd = os.open(pending, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        handle = os.fdopen(fd, "w")
+        self._handle: IO[str] | None = handle
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.record()
+            os.rename(pending, self.path)
+        except BaseException:
+            self._handle = None
+            handle.close()
+            pending.unlink(missing_ok=True)
+            raise
 
     def record(self, dist_file: str | None = None) -> None:
         """What a later process needs to clean up after this one if it dies."""
@@ -60,41 +93,98 @@ class EngineRegistration:
         handle.flush()
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-            self.path.unlink(missing_ok=True)
+        """Remove the entry (only if it is still this one's: a later registration of this
+        process may have replaced it), then release the lock."""
+        handle = self._handle
+        if handle is None:
+            return
+        self._handle = None
+        try:
+            if _same_file(self.path, os.fstat(handle.fileno())):
+                self.path.unlink(missing_ok=True)
+        finally:
+            handle.close()
+
+
+def _same_file(path: Path, info: os.stat_result) -> bool:
+    try:
+        there = path.lstat()
+    except FileNotFoundError:
+        return False
+    return (there.st_dev, there.st_ino) == (info.st_dev, info.st_ino)
 
 
 def other_engines() -> int:
-    """Live sdbench engines of other processes on this host."""
+    """Live sdbench engines of other processes on this host: entries of the registry held
+    locked. An entry that can be locked is a dead process's, and is removed with the
+    FileStore file it recorded. Anything else there is untrusted and counts for nothing."""
+    folder = registry_dir()
     count = 0
-    for path in registry_dir().glob("*.lock"):
-        if path.stem == str(os.getpid()):
-            continue
-        try:
-            with open(path) as handle:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    count += 1      # held: its engine is alive
-                    continue
-                _remove_dist_file(handle.read())
-            path.unlink(missing_ok=True)  # a stale entry of a process that is gone
-        except FileNotFoundError:
-            continue
+    for name in os.listdir(folder):
+        match = _ENTRY_NAME.fullmatch(name)
+        if match and int(match.group(1)) != os.getpid():
+            count += _entry_alive(folder / name, int(match.group(1)))
     return count
 
 
-def _remove_dist_file(entry: str) -> None:
-    """The vllm_dist_* file a dead engine recorded (only such a file, in the temp folder)."""
+def _entry_alive(path: Path, pid: int) -> bool:
+    """True while the entry's lock is held. A stale entry is removed (with its FileStore
+    file), as is what is no entry of this user's (a link, a folder, a file of another
+    owner): it is never followed, read or counted."""
     try:
-        dist_file = json.loads(entry).get("dist_file")
-    except (ValueError, AttributeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:          # a link (ELOOP), or nothing this user may open
+        _discard(path)
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            if _same_file(path, info):
+                _discard(path)
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True           # held: its engine is alive
+        entry = os.read(fd, _MAX_ENTRY_BYTES)
+        if not _same_file(path, info):
+            return False          # replaced meanwhile (a new process of that pid)
+        _discard(path)            # before the lock is let go
+    finally:
+        os.close(fd)
+    _remove_dist_file(entry, pid)
+    return False
+
+
+def _discard(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:   # gone already, or a folder: counts for nothing either way
+        pass
+
+
+def _remove_dist_file(entry: bytes, pid: int) -> None:
+    """The vllm_dist_* file a dead engine recorded. The entry is untrusted input: only a
+    file of that name directly in the temp folder, a plain file of this user's (lstat: a
+    link is never followed), from an entry that names the pid of its own file name."""
+    try:
+        data = json.loads(entry)
+    except (ValueError, RecursionError):   # not JSON, not UTF-8, or nested past the parser
         return
-    if isinstance(dist_file, str) and Path(dist_file).name.startswith("vllm_dist_") and \
-            Path(dist_file).parent == Path(tempfile.gettempdir()):
-        Path(dist_file).unlink(missing_ok=True)
+    dist_file = data.get("dist_file") if isinstance(data, dict) and \
+        data.get("pid") == pid else None
+    if not isinstance(dist_file, str) or not dist_file.startswith("/") or \
+            os.path.dirname(dist_file) != tempfile.gettempdir() or \
+            not os.path.basename(dist_file).startswith("vllm_dist_"):
+        return
+    try:
+        info = os.lstat(dist_file)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+            os.unlink(dist_file)
+    except (OSError, ValueError):   # gone, or a name no file can have (NUL)
+        pass
 
 
 def _busy_seconds() -> float:

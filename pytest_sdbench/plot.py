@@ -53,7 +53,7 @@ from .describe import (
     repeat_policy,
 )
 from .fidelity.report import reports_beside
-from .files import atomic_write_text
+from .files import atomic_write_bytes, atomic_write_text
 from .wire.contract import (
     GRAPH_EAGER,
     GRAPH_FULL,
@@ -431,8 +431,7 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
 
     def save(name: str, fig) -> tuple[str, bytes]:
         data = png_bytes(fig)
-        path = out / name
-        path.write_bytes(data)
+        path = atomic_write_bytes(out / name, data)   # a link at the name is replaced
         written.append(path)
         return name, data
     for stem, (path, artifact) in zip(_unique_stems([p for p, _ in artifacts]), artifacts,

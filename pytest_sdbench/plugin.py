@@ -301,11 +301,16 @@ def sdbench_engine(pytestconfig, sdbench_engine_spec):
     .probe()), shut down at the end of the session (or before the next K of a sweep). One
     that fails is shut down at once and replaced before the next test (_revive_engine)."""
     from .engine import start_engine
+    from .files import ForeignFolder
+    from .host import registry_dir
     from .session import InputError, check_vllm_installed
     try:
         check_vllm_installed()
+        registry_dir()   # another user's registry folder: refused before the engine starts
     except InputError as exc:
         pytest.fail(str(exc), pytrace=False)
+    except ForeignFolder as exc:
+        pytest.fail(f"sdbench: {exc}", pytrace=False)
     engine = start_engine(sdbench_engine_spec)
     pytestconfig.stash[ENGINE] = engine
     try:

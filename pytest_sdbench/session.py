@@ -29,7 +29,7 @@ from .engine.compat import BLOCK_SIZE
 from .engine.launch import describe_failure
 from .engine.placement import CpuListError, check_cpus
 from .engine.tp import TensorParallelEngine
-from .files import atomic_write_text
+from .files import atomic_write_text, private_dir
 from .host import HostMonitor
 from .options import repeat_plan, spelled
 from .options import user_engine_args as engine_args_of
@@ -62,19 +62,7 @@ def model_root() -> Path:
     if chosen:
         return Path(chosen)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return private_dir(cache / "pytest-sdbench") / "models"
-
-
-def private_dir(path: Path) -> Path:
-    """A folder only this user can enter: created 0700, or made so if it is this user's."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid():
-        raise ValueError(f"{path}: belongs to another user (uid {info.st_uid}); set "
-                         f"{MODEL_ROOT_ENV} to a folder of your own")
-    if info.st_mode & 0o077:
-        path.chmod(0o700)
-    return path
+    return private_dir(cache / "pytest-sdbench", MODEL_ROOT_ENV) / "models"
 
 
 # CUDA graphs: batches 1, 2 and 4 of uniform decode steps (1 + K tokens each) are captured.

@@ -737,3 +737,18 @@ def test_rounds_give_one_sample_each_back_to_back_repeats_one_per_start():
                     {"decode": [(0, 1.00)]})
     assert report["points"][0]["sample_count"] == 2
     assert report["status"] == "incomplete"
+
+
+def test_a_link_planted_at_the_exports_name_is_replaced_not_followed(capsys, tmp_path):
+    """In an output folder others can write, a link at <run_id> to a folder of the user's
+    must not make the export move that folder aside and remove it."""
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    out.mkdir()
+    victim.mkdir()
+    (victim / "precious").write_text("x")
+    run_id = json.loads(CPU.read_text())["run_id"]
+    (out / run_id).symlink_to(victim)
+    assert export(capsys, [CPU], out, *ENVELOPES)[0] == 0
+    assert (victim / "precious").read_text() == "x"
+    assert not (out / run_id).is_symlink()
+    assert (out / run_id / "import-manifest.json").is_file()

@@ -12,9 +12,11 @@ before an engine starts.
 
 import importlib.util
 import json
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -214,6 +216,11 @@ import pytest
 from pytest_sdbench.engine import compat
 
 
+def _say(line):
+    with open("hang.txt", "a") as f:
+        f.write(line + "\\n")
+
+
 @pytest.fixture
 def fault_at_batch_3(sdbench_engine):
     '''The worker's execute_model misbehaves on any step of 3 requests (the grid's last
@@ -226,7 +233,12 @@ def fault_at_batch_3(sdbench_engine):
             if len(scheduler_output.num_scheduled_tokens) == 3:
                 if kind == "raise":
                     raise RuntimeError("injected fault in execute_model")
-                time.sleep(300)
+                try:
+                    time.sleep(300)
+                except BaseException as exc:   # pytest-timeout's, raised into the step
+                    _say(f"hang cut short by {type(exc).__name__}")
+                    raise
+                _say("hang slept out")
             return original(scheduler_output, *args, **kwargs)
         worker.execute_model = execute_model
     return install
@@ -283,13 +295,12 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
                                                                        capsys):
     pytester.makeconftest(FAULT_CONFTEST)
     pytester.makepyfile(test_faulty=FAULT_TESTS)
-    started = time.monotonic()
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--sdbench-grid={_grid(tmp_path)}",
         "--sdbench-artifact-dir=out", timeout=SUBPROCESS_TIMEOUT)
-    elapsed = time.monotonic() - started
     result.assert_outcomes(passed=2, failed=2, errors=1)
-    assert elapsed < 240, f"took {elapsed:.0f} s"
+    # the hanging step was cut short by pytest-timeout (Failed), never slept out
+    assert (pytester.path / "hang.txt").read_text() == "hang cut short by Failed\n"
     result.stdout.fnmatch_lines([
         "*sdbench: RuntimeError: injected fault in execute_model: 2/3 points kept in the "
         "partial artifact *.partial.json (status partial)*",
@@ -328,29 +339,97 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
     assert "decode B=3 ctx=64 K=3 AL=natural: missing in the candidate" in said, said
 
 
+# `sdbench collect` whose engine stalls in the third point's first step of 4 requests (the
+# grid's batches are 1, 2 and 4), after saying so on stderr: Ctrl-C lands inside the third
+# point however fast or loaded the machine is.
+STALL_IN_THE_THIRD_POINT = """
+import sys, time
+from pytest_sdbench.cli import main
+from pytest_sdbench.engine import compat, launch
+
+start = launch.start_local_engine
+
+
+def start_local_engine(spec):
+    engine = start(spec)
+    worker = compat.worker(engine.llm)
+    original = worker.execute_model
+
+    def execute_model(scheduler_output, *args, **kwargs):
+        if len(scheduler_output.num_scheduled_tokens) == 4:
+            print(INSIDE, file=sys.stderr, flush=True)
+            time.sleep(300)   # until Ctrl-C
+        return original(scheduler_output, *args, **kwargs)
+    worker.execute_model = execute_model
+    return engine
+
+
+INSIDE = "test: inside the third point"
+launch.start_local_engine = start_local_engine
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+class _Lines:
+    """The lines of a text stream, read by a thread of their own, so that a wait for one
+    can end and say what it waited for."""
+
+    def __init__(self, stream):
+        self._queue: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in iter(stream.readline, ""):
+            self._queue.put(line)
+        self._queue.put("")   # the end
+
+    @property
+    def text(self) -> str:
+        return "".join(self.seen)
+
+    def until(self, wanted: str | None, seconds: float) -> None:
+        """Read up to the line `wanted` (None: to the end); fail naming it if the stream
+        ends, or `seconds` pass, first."""
+        what = repr(wanted) if wanted is not None else "the end of the output"
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                line = self._queue.get(timeout=max(deadline - time.monotonic(), 0))
+            except queue.Empty:
+                pytest.fail(f"waited {seconds:.0f} s for {what}; it said: {self.text[-3000:]}")
+            if not line:
+                if wanted is None:
+                    return
+                pytest.fail(f"the output ended before {what}; it said: {self.text[-3000:]}")
+            self.seen.append(line)
+            if line.rstrip("\n") == wanted:
+                return
+
+
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
 def test_ctrl_c_mid_collection_leaves_a_partial_artifact(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_sdbench.cli", "collect", "--mode", "decode", "--grid",
-         _grid(tmp_path, batches=(1, 2, 4)), "--repeats", "40", "--out", str(out)],
+        [sys.executable, "-c", STALL_IN_THE_THIRD_POINT, "collect", "--mode", "decode",
+         "--grid", _grid(tmp_path, batches=(1, 2, 4)), "--repeats", "40", "--out", str(out)],
         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    lines = []
+    lines = _Lines(proc.stderr)
     try:
-        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if line.startswith("sdbench [2/3]") or not line:
-                break
-        time.sleep(1.0)   # inside the third point
+        lines.until("test: inside the third point", SUBPROCESS_TIMEOUT)
         proc.send_signal(signal.SIGINT)
-        rest, stdout = proc.stderr.read(), proc.stdout.read()
-        code = proc.wait(timeout=120)
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"sdbench collect did not exit within 120 s of Ctrl-C; it said: "
+                        f"{lines.text[-3000:]}")
+        lines.until(None, 60)
+        stdout = proc.stdout.read()
     finally:
         proc.kill()
-    err = "".join(lines) + rest
+        proc.wait()
+    err = lines.text
     assert code == 130, err[-3000:]
     assert "Traceback" not in err
     assert stdout == ""

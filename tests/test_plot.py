@@ -92,6 +92,20 @@ def test_the_canary_figure_draws_every_reading_in_time_order(drawing):
     assert canary_figure(validate_path(REAL).artifact, "legacy") is None
 
 
+def test_links_at_the_plots_names_are_replaced_not_followed(drawing, tmp_path, capsys):
+    """In a folder others can write, a link at a plot's name must not make the plot
+    overwrite the file it names."""
+    out, keep = tmp_path / "plots", tmp_path / "precious"
+    out.mkdir()
+    keep.write_text("x")
+    for name in ("cpu-agg-v4-decode.png", "sdbench-plots.html"):
+        (out / name).symlink_to(keep)
+    assert main(["plot", str(REAL), "--out", str(out)]) == 0
+    assert keep.read_text() == "x"
+    assert not (out / "cpu-agg-v4-decode.png").is_symlink()
+    assert (out / "cpu-agg-v4-decode.png").read_bytes().startswith(PNG_MAGIC)
+
+
 def test_plot_refuses_an_invalid_artifact_in_one_line(tmp_path, capsys):
     broken = json.loads(REAL.read_text())
     broken["decode"][0]["timing"]["source"] = "cuda_event"

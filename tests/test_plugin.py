@@ -87,7 +87,10 @@ def test_vram_and_cuda_markers_skip_with_a_reason_on_cpu(pytester):
         def test_needs_cuda():
             raise AssertionError("must not run without CUDA")
     """)
-    result = pytester.runpytest("-rs")
+    # In a process of its own: the markers import torch, and an in-process run drops what it
+    # imported from sys.modules afterwards; torch cannot be imported twice in one process
+    # (SystemError), so a later engine start in this process would fail.
+    result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*needs a CUDA device; none is visible*"])
 
@@ -98,21 +101,38 @@ def test_model_without_draft_is_a_usage_error(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --sdbench-model and --sdbench-draft go together*"])
 
-# The two workers' collections overlap (each sees the other's engine at its start), or one
-# worker could finish before the other's engine started, and see one engine fewer.
-BOTH_ENGINES_UP = """
+# Each worker's collection runs while the other's engine is registered, so each sees exactly
+# one other engine: both wait until the other's registration is in their registry folder (the
+# test's own: no other engine of the host is counted), and each keeps its engine until the
+# other's collection is done. Each wait has an event to wait for, and fails naming it.
+ENGINES_OVERLAP = """
 import time
+from pathlib import Path
 
 import pytest
 
 from pytest_sdbench import host
 
+WAIT_S = 300
+
+
+def _wait_for(what, seen):
+    deadline = time.monotonic() + WAIT_S
+    while not seen():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {{WAIT_S}} s for {{what}}", pytrace=False)
+        time.sleep(0.2)
+
 
 @pytest.fixture(scope="session", autouse=True)
-def _both_engines_up(sdbench_engine):
-    deadline = time.monotonic() + 300
-    while host.other_engines() < {others} and time.monotonic() < deadline:
-        time.sleep(0.2)
+def _engines_overlap(sdbench_engine, worker_id):
+    other = {{"gw0": "gw1", "gw1": "gw0"}}[worker_id]
+    _wait_for(f"{{other}}'s engine registration in {{host.registry_dir()}}",
+              lambda: host.other_engines() >= 1)
+    yield
+    done = Path({done!r})
+    (done / worker_id).touch()
+    _wait_for(f"{{other}}'s collection to end ({{done / other}})", (done / other).exists)
 """
 
 
@@ -140,16 +160,19 @@ def test_downstream_collection_writes_a_valid_artifact_and_shuts_down(pytester):
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
-def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pytester, capsys):
+def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pytester, capsys,
+                                                                         monkeypatch):
     """Two engines on one 2-core CPU time each other: both artifacts say so (contended, the
     other engine seen through the registry), and `sdbench compare` refuses them."""
-    # Engines alive before the run count too: this session's own (when the whole suite
-    # runs, an earlier test's session engine is still up) and any other process's.
-    alive = host.other_engines() + (host.registry_dir() / f"{os.getpid()}.lock").exists()
-    others = 1 + alive   # the other worker's engine, and those
+    # A registry of the run's own: the engines it counts are its two workers', whatever else
+    # runs on the host (this session's engine, another test's, another user's).
+    registry = pytester.path / "registry"
+    monkeypatch.setenv(host.REGISTRY_ENV, str(registry))
+    done = pytester.mkdir("done")
     args = _downstream(pytester, "prefill")
-    pytester.makeconftest(DOWNSTREAM_CONFTEST + BOTH_ENGINES_UP.format(others=others))
+    pytester.makeconftest(DOWNSTREAM_CONFTEST + ENGINES_OVERLAP.format(done=str(done)))
     result = pytester.runpytest_subprocess(*args, "-n", "2", "--dist", "each", timeout=600)
+    assert result.ret == 0, "\n".join(result.outlines[-60:])
     result.assert_outcomes(passed=2)
     artifacts = sorted((pytester.path / "out").glob("sdbench-prefill-*.json"))
     assert len(artifacts) == 2
@@ -160,9 +183,10 @@ def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pyteste
         result.stdout.fnmatch_lines([f"artifact: {path} (mode prefill*, contended: *"])
         env = validate_path(path).artifact.environment
         assert env.contended, env
-        assert env.other_sdbench_engines == others, env
-        assert f"{others} other sdbench engine(s) alive on this host" in env.reason
+        assert env.other_sdbench_engines == 1, env
+        assert "1 other sdbench engine(s) alive on this host" in env.reason
+    assert os.listdir(registry) == []    # each entry removed at its engine's shutdown
     assert main(["compare", *map(str, artifacts)]) == 1
     out = capsys.readouterr().out
-    assert f"baseline: ran contended ({others} other sdbench engine(s)" in out
-    assert f"candidate: ran contended ({others} other sdbench engine(s)" in out
+    assert "baseline: ran contended (1 other sdbench engine(s)" in out
+    assert "candidate: ran contended (1 other sdbench engine(s)" in out

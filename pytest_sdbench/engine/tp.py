@@ -22,6 +22,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -78,8 +79,7 @@ def stale_cpu_shm(uid: int | None = None) -> list[Path]:
     if not shm.is_dir():
         return []
     uid = os.getuid() if uid is None else uid
-    ours = [p for p in shm.iterdir() if "cpushm" in p.name and p.is_file()
-            and p.stat().st_uid == uid]
+    ours = [p for p in shm.iterdir() if "cpushm" in p.name and _own_plain_file(p, uid)]
     if not ours:
         return []
     mapped: set[str] = set()
@@ -92,9 +92,22 @@ def stale_cpu_shm(uid: int | None = None) -> list[Path]:
     return [p for p in ours if str(p) not in mapped]
 
 
+def _own_plain_file(path: Path, uid: int) -> bool:
+    """A plain file of `uid`'s, by the entry itself (lstat): /dev/shm is shared, and a link
+    someone else planted there names a file of ours only through the link."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == uid
+
+
 def remove_stale_cpu_shm() -> None:
     for path in stale_cpu_shm():
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink()
+        except OSError:   # gone meanwhile: nothing left to remove
+            pass
 
 
 class TensorParallelEngine(EngineSurface):

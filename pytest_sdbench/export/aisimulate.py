@@ -1017,12 +1017,11 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
                             "'pytest-sdbench[export]' (or pass --envelope-only)")
     out.mkdir(parents=True, exist_ok=True)
     name = export_name(artifact.run_id, options.acceptance_length, options.graph_modes)
-    final = (out / name).resolve()
+    # The folder resolved, not the export's own name: a link planted there (in a folder
+    # others can write) is replaced, never followed to the folder it names.
+    final = out.resolve() / name
     staging = Path(tempfile.mkdtemp(prefix=f".{artifact.run_id}.", suffix=".tmp", dir=out))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)   # mkdtemp makes 0700; an export is for sharing
         _write_json(staging / REPEATABILITY_FILE, repeats)
         manifest = _build(artifact, legacy, raw, path, selected, deployment, facts, options,
                           staging, final, left_out, acceptance)
@@ -1032,6 +1031,11 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
                                              "cv", "source_relative_difference",
                                              "engine_starts", "sample_rule", "policy")}}
         _write_json(staging / MANIFEST_FILE, manifest)
+        umask = os.umask(0)
+        os.umask(umask)
+        # mkdtemp makes 0700; an export is for sharing, once built (while it is built,
+        # nobody else can plant a link where one of its files is written).
+        os.chmod(staging, 0o777 & ~umask)
         _swap_into_place(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
