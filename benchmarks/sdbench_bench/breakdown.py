@@ -1,6 +1,7 @@
-"""Where the observer's host time goes, per step: cProfile's own-time of the observer's
-functions and of what they call over attached decode runs (cProfile inflates each call by
-its own cost), then, on CUDA, the event calls timed bare in a loop."""
+"""Where the observer's host time goes, per step: its wrappers replayed hot on captured real
+steps, split by part (replay.py); cProfile's own-time of the observer's functions and of what
+they call over attached decode runs (cProfile inflates each call by its own cost); then, on
+CUDA, the event calls timed bare in a loop."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from pytest_sdbench.collector import sampling_params
 
+from . import replay
 from .probes import decode_prompts, observed
 
 # the engine methods the observer wraps (some under torch's decorator): not its own time
@@ -20,13 +22,20 @@ WRAPPED = frozenset({"schedule", "update_from_output", "execute_model", "sample_
 
 def run(bench) -> None:
     for batch in bench.sizes.overhead_batches:
+        replay.run(bench, batch)
         observer_breakdown(bench, batch)
     if bench.engine.device == "cuda":
         event_calls(bench)
 
 
+# what the observer's wrappers call in engine/compat.py (the rest of that module is not
+# on their path: e.g. the step watchdog's computed_tokens, which runs between steps)
+COMPAT_ON_THE_PATH = frozenset({"freeze_schedule", "freeze_output"})
+
+
 def _ours(key) -> bool:
-    return "pytest_sdbench/observer" in key[0] or key[0].endswith("engine/compat.py")
+    return ("pytest_sdbench/observer" in key[0] and not key[0].endswith("observer/cost.py")) \
+        or (key[0].endswith("engine/compat.py") and key[2] in COMPAT_ON_THE_PATH)
 
 
 def observer_breakdown(bench, batch: int) -> None:
