@@ -78,8 +78,18 @@ def event_calls(bench, loops: int = 2000) -> None:
     later = torch.cuda.Event(enable_timing=True)
     later.record(stream)
     torch.cuda.synchronize()
+    import ctypes
+
+    from pytest_sdbench.observer.timing import driver_record, event_record
+    record, raw = event_record(torch.cuda.Event), driver_record()
+    device, lookup = torch._C._cuda_getDevice, torch._C._cuda_getCurrentStream
+    handles = ctypes.c_void_p(ready.cuda_event), ctypes.c_void_p(stream.cuda_stream)
     costs = {
         "torch.cuda.current_stream()": each(torch.cuda.current_stream),
+        "C stream lookup (the timer's, a step)": each(lambda: lookup(device())),
+        "C Event.record(stream) (releases the GIL)": each(lambda: record(ready, stream)),
+        "cuEventRecord via ctypes.PyDLL (GIL held; the timer's)": each(
+            lambda: raw(*handles)) if raw is not None else float("nan"),
         "Event.record() (reads the current stream)": each(ready.record),
         "Event.record(stream)": each(lambda: ready.record(stream)),
         "Event() + first record (creates the CUDA event)": each(

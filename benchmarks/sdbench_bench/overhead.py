@@ -19,6 +19,11 @@ METHODS = tuple(name for _, name in cost.WRAPPED)
 
 
 def run(bench) -> None:
+    if bench.engine.device == "cuda":
+        from pytest_sdbench.observer import CudaEventTimer
+        timer = CudaEventTimer()
+        bench.table.note(f"CUDA event timer records with {timer.recorder} "
+                         f"{timer.recorder_note}".rstrip())
     for batch in bench.sizes.overhead_batches:
         observer_overhead(bench, batch)
         startup_probe(bench, batch)
