@@ -191,10 +191,11 @@ class _FakeEvent(_FakeEventBase):
 
 
 class _FakeDriver:
-    """cuEventRecord(event handle, stream handle) on the fake device: 0 is success."""
+    """cuEventRecord(event handle, stream handle) on the fake device: 0 is success. `lag`
+    records that many seconds early (as if on another, idle stream)."""
 
-    def __init__(self, code: int = 0, fail_after: int | None = None):
-        self.code, self.fail_after, self.calls = code, fail_after, 0
+    def __init__(self, code: int = 0, fail_after: int | None = None, lag: float = 0.0):
+        self.code, self.fail_after, self.lag, self.calls = code, fail_after, lag, 0
 
     def __call__(self, event, stream):
         self.calls += 1
@@ -202,7 +203,7 @@ class _FakeDriver:
             return self.code or 700
         (found,) = [e for e in _FakeEventBase.created if e.cuda_event == event.value]
         found.stream = f"stream {stream.value}"
-        found.at = found.clock["now"]
+        found.at = found.clock["now"] - self.lag
         return 0
 
 
@@ -227,6 +228,9 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Stream", make_stream)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", get_stream, raising=False)
+    # a kernel spinning `cycles` on the fake device (1 GHz): the clock moves on
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: _FakeEventBase.clock.update(
+        now=_FakeEventBase.clock["now"] + cycles / 1e9), raising=False)
     return fake
 
 
@@ -273,21 +277,26 @@ def test_cuda_timer_records_on_the_step_stream_and_keeps_samples_when_its_pool_r
     # dry with nothing completed, and made two more
     assert len(_FakeEventBase.created) == 4 + 2
     if driver is not None:   # every step's record went through the driver, GIL held
-        assert driver.calls == 2 + 2 * 5   # the self-test's pair, then two a step
+        assert driver.calls == 1 + 2 * 5   # the self-test's, then two a step
 
 
-def test_cuda_timer_keeps_torchs_record_when_the_driver_refuses_its_self_test(fake_cuda):
+@pytest.mark.parametrize("driver, note", [
+    (_FakeDriver(code=201), "cuEventRecord returned 201"),
+    (_FakeDriver(lag=0.002), "-1.0000 ms read across a 1000000-cycle kernel, expected >= 0.1"),
+], ids=["refused", "records elsewhere"])
+def test_cuda_timer_keeps_torchs_record_when_the_driver_fails_its_self_test(fake_cuda, driver,
+                                                                          note):
     from pytest_sdbench.observer import CudaEventTimer
-    timer = CudaEventTimer(pool_size=2, driver=_FakeDriver(code=201))
+    timer = CudaEventTimer(pool_size=2, driver=driver)
     assert timer.recorder == CudaEventTimer.TORCH_RECORD
-    assert "cuEventRecord returned [201, 201]" in timer.recorder_note
+    assert note in timer.recorder_note
     _five_steps(timer, fake_cuda)
     assert [s.native_iteration_id for s in timer.drain()] == [1, 2, 3, 4, 5]
 
 
 def test_a_driver_record_failing_on_the_hot_path_fails_the_step(fake_cuda):
     from pytest_sdbench.observer.timing import CudaEventRecordError, CudaEventTimer
-    timer = CudaEventTimer(pool_size=2, driver=_FakeDriver(fail_after=3))
-    timer.start(1)   # the self-test's two, then this one
+    timer = CudaEventTimer(pool_size=2, driver=_FakeDriver(fail_after=2))
+    timer.start(1)   # the self-test's record, then this one
     with pytest.raises(CudaEventRecordError, match="iteration 1"):
         timer.stop(1)

@@ -71,6 +71,11 @@ def driver_record():
     return record
 
 
+# The driver record's self-test: a kernel spinning this many GPU cycles (0.4-1 ms at 1-2.5 GHz)
+# between a torch-recorded marker and the driver-recorded event must read at least this long.
+SELF_TEST_CYCLES, SELF_TEST_MIN_MS = 1_000_000, 0.1
+
+
 class CudaEventRecordError(RuntimeError):
     """The driver refused to record a timing event."""
 
@@ -128,22 +133,29 @@ class CudaEventTimer:
         return event, ctypes.c_void_p(event.cuda_event)
 
     def _use_driver(self, record, events) -> None:
-        """Record with the driver's cuEventRecord if it times a pair of the pool's events as
-        torch reads them: both recorded on the current stream, the second waited for, their
-        elapsed time read (once, when the timer is made: never on the hot path)."""
+        """Record with the driver's cuEventRecord if it records where torch would: torch
+        records a marker on the current stream, a kernel spins there for SELF_TEST_CYCLES, the
+        driver records a second event after it, which is waited for; torch must read at
+        least SELF_TEST_MIN_MS between them (an event recorded on another stream or context,
+        or not at all, reads less or fails). Once, when the timer is made: never on the hot
+        path."""
         if record is None:
             self.recorder_note = "libcuda.so.1 not loadable"
             return
-        first, second = events[0], events[1]
+        import torch
+        marker, probe = events[0], events[1]
         stream = self._current_stream()[0]
         try:
-            codes = [record(ctypes.c_void_p(e.cuda_event), ctypes.c_void_p(stream.cuda_stream))
-                     for e in (first, second)]
-            if any(codes):
-                raise CudaEventRecordError(f"cuEventRecord returned {codes}")
-            second.synchronize()
-            if not first.elapsed_time(second) >= 0.0:
-                raise CudaEventRecordError("the driver-recorded pair timed < 0")
+            self._torch_record(marker, stream)
+            torch.cuda._sleep(SELF_TEST_CYCLES)
+            code = record(ctypes.c_void_p(probe.cuda_event), ctypes.c_void_p(stream.cuda_stream))
+            if code:
+                raise CudaEventRecordError(f"cuEventRecord returned {code}")
+            probe.synchronize()
+            ms = marker.elapsed_time(probe)
+            if not ms >= SELF_TEST_MIN_MS:
+                raise CudaEventRecordError(f"{ms:.4f} ms read across a {SELF_TEST_CYCLES}-cycle "
+                                           f"kernel, expected >= {SELF_TEST_MIN_MS} ms")
         except Exception as exc:  # noqa: BLE001 (any failure: torch's record instead)
             self.recorder_note = f"driver record refused ({type(exc).__name__}: {exc})"
             return
