@@ -22,7 +22,10 @@ WRAPPED = frozenset({"schedule", "update_from_output", "execute_model", "sample_
 
 def run(bench) -> None:
     for batch in bench.sizes.overhead_batches:
-        replay.run(bench, batch)
+        try:
+            replay.run(bench, batch)
+        except Exception as exc:  # noqa: BLE001 (a failed replay must not hide the rest)
+            bench.table.error(f"B={batch}: observer wrappers replayed hot", exc)
         observer_breakdown(bench, batch)
     if bench.engine.device == "cuda":
         event_calls(bench)
