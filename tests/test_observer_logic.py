@@ -159,6 +159,29 @@ def test_a_step_whose_timing_never_arrives_fails_the_window():
         observer.detach()
 
 
+def test_a_window_that_raised_leaves_nothing_to_the_next():
+    llm, sched, worker = _engine()
+    sched.plan = [_output({"a": 64}, {"a": 0}, {}, new=("a",)),
+                  _output({"b": 64}, {"b": 0}, {}, new=("b",))]
+    observer = NativeObserver(llm, HostTimer()).attach()
+    try:
+        def dies_mid_step():
+            with observer.window(BOOKING_MEASURED):
+                worker.execute_model(sched.schedule())
+                raise KeyboardInterrupt   # the window never settles
+        with pytest.raises(KeyboardInterrupt):
+            dies_mid_step()
+        with observer.window(BOOKING_MEASURED) as window:
+            s2 = sched.schedule()
+            worker.execute_model(s2)
+            worker.sample_tokens()
+            sched.update_from_output(s2, _model_output({"b": 1}))
+    finally:
+        observer.detach()
+    assert window.ids == [2]
+    assert [r.request_id for r in window.records[0].snapshot.requests] == ["b"]
+
+
 class _FakeEventBase:
     """A CUDA event on a fake device clock (torch's C event): complete once the clock
     passes it. `cuda_event` is its handle, as the driver knows it."""

@@ -234,6 +234,7 @@ class NativeObserver:
     # ---- windows ----------------------------------------------------------------------
     @contextmanager
     def window(self, booking: Booking):
+        self._take_kept()   # what a window that raised, and so never settled, left behind
         window = Window(booking)
         self._window = window
         try:
@@ -242,23 +243,33 @@ class NativeObserver:
             self._window = None
         self._settle(window)
 
+    def _take_kept(self) -> tuple[dict, dict, dict, dict]:
+        """What the wrappers kept for the window (frozen schedules, outputs, graph modes,
+        in-flight links), taken out: the wrappers' own state is left empty. Only at idle,
+        where no step is between execute_model and sample_tokens (a step that died there
+        would otherwise pair the next step's sample with its own ID)."""
+        kept = (dict(self._frozen), dict(self._outputs), dict(self._modes),
+                dict(self._earlier))
+        for own in (self._frozen, self._outputs, self._modes, self._earlier):
+            own.clear()
+        self._in_flight.clear()
+        self._awaiting_sample.clear()
+        return kept
+
     def _settle(self, window: Window) -> None:
-        """At idle: read every sample the timer holds (waiting for the device once, for the
-        last), build the window's records from what the wrappers kept, join the samples by
+        """At idle: take what the wrappers kept, read every sample the timer holds (waiting
+        for the device once, for the last), build the window's records, join the samples by
         native ID, and hand the window its records. A settled record takes no later output
         or correction (as if its output never came)."""
+        frozen, outputs, modes, earlier = self._take_kept()
         samples = self.timer.drain()
-        records = {iid: IterationRecord(iid, window.booking, raw)
-                   for iid, raw in self._frozen.items()}
-        for iid, raw_output in self._outputs.items():
+        records = {iid: IterationRecord(iid, window.booking, raw) for iid, raw in frozen.items()}
+        for iid, raw_output in outputs.items():
             records[iid].raw_output = raw_output
-        for iid, mode in self._modes.items():
+        for iid, mode in modes.items():
             records[iid].dispatched_mode = mode
-        for iid, done in self._earlier.items():
+        for iid, done in earlier.items():
             records[iid].outputs_in_flight = [records[d] for d in done]
-        for kept in (self._frozen, self._outputs, self._modes, self._earlier):
-            kept.clear()
-        self._in_flight.clear()
         for sample in samples:
             record = records.get(sample.native_iteration_id)
             if record is not None:
