@@ -159,16 +159,43 @@ def test_a_step_whose_timing_never_arrives_fails_the_window():
         observer.detach()
 
 
-class _FakeEvent:
-    """A CUDA event on a fake device clock: complete once the clock passes it."""
+def test_a_window_that_raised_leaves_nothing_to_the_next():
+    llm, sched, worker = _engine()
+    sched.plan = [_output({"a": 64}, {"a": 0}, {}, new=("a",)),
+                  _output({"b": 64}, {"b": 0}, {}, new=("b",))]
+    observer = NativeObserver(llm, HostTimer()).attach()
+    try:
+        def dies_mid_step():
+            with observer.window(BOOKING_MEASURED):
+                worker.execute_model(sched.schedule())
+                raise KeyboardInterrupt   # the window never settles
+        with pytest.raises(KeyboardInterrupt):
+            dies_mid_step()
+        with observer.window(BOOKING_MEASURED) as window:
+            s2 = sched.schedule()
+            worker.execute_model(s2)
+            worker.sample_tokens()
+            sched.update_from_output(s2, _model_output({"b": 1}))
+    finally:
+        observer.detach()
+    assert window.ids == [2]
+    assert [r.request_id for r in window.records[0].snapshot.requests] == ["b"]
+
+
+class _FakeEventBase:
+    """A CUDA event on a fake device clock (torch's C event): complete once the clock
+    passes it. `cuda_event` is its handle, as the driver knows it."""
     clock: ClassVar[dict] = {"now": 0.0, "done_until": 0.0}
+    created: ClassVar[list] = []
 
     def __init__(self, enable_timing=False):
         self.at = None
         self.stream = None
+        self.created.append(self)
+        self.cuda_event = 1000 + len(self.created)
 
-    def record(self, stream=None):
-        self.stream = stream
+    def record(self, stream):
+        self.stream = stream.name
         self.at = self.clock["now"]
 
     def query(self):
@@ -181,28 +208,118 @@ class _FakeEvent:
         return 1e3 * (end.at - self.at)   # milliseconds
 
 
-def test_cuda_timer_records_on_the_step_stream_and_keeps_samples_when_its_pool_runs_dry(
-        monkeypatch):
+class _FakeEvent(_FakeEventBase):
+    def record(self, stream=None):   # torch's Python wrapper: the timer goes beneath it
+        raise AssertionError("torch.cuda.Event.record (the Python wrapper) was called")
+
+
+class _FakeDriver:
+    """cuEventRecord(event handle, stream handle) on the fake device: 0 is success. `lag`
+    records that many seconds early (as if on another, idle stream)."""
+
+    def __init__(self, code: int = 0, fail_after: int | None = None, lag: float = 0.0):
+        self.code, self.fail_after, self.lag, self.calls = code, fail_after, lag, 0
+
+    def __call__(self, event, stream):
+        self.calls += 1
+        if self.code or (self.fail_after is not None and self.calls > self.fail_after):
+            return self.code or 700
+        (found,) = [e for e in _FakeEventBase.created if e.cuda_event == event.value]
+        found.stream = f"stream {stream.value}"
+        found.at = found.clock["now"] - self.lag
+        return 0
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch's CUDA surface the timer uses, on a fake device: the C stream lookups (counted),
+    Stream objects (counted), and events."""
     torch = pytest.importorskip("torch")
-    from pytest_sdbench.observer import CudaEventTimer
-    lookups = []
-    monkeypatch.setattr(_FakeEvent, "clock", {"now": 0.0, "done_until": 0.0})
+    fake = NS(current=(11, 0, 1), lookups=0, streams=[])   # (stream id, device, type)
+
+    def get_stream(device):
+        assert device == 0
+        fake.lookups += 1
+        return fake.current
+
+    def make_stream(stream_id, device_index, device_type):
+        fake.streams.append(stream_id)
+        return NS(name=f"stream {stream_id}", cuda_stream=stream_id)
+    monkeypatch.setattr(_FakeEventBase, "clock", {"now": 0.0, "done_until": 0.0})
+    monkeypatch.setattr(_FakeEventBase, "created", [])
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda: lookups.append(1) or "engine")
-    timer = CudaEventTimer(pool_size=2)
-    clock = _FakeEvent.clock
-    for iid in range(1, 6):   # 5 steps, 4 events in the pool: it runs dry on the 3rd
+    monkeypatch.setattr(torch.cuda, "Stream", make_stream)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", get_stream, raising=False)
+    # a kernel spinning `cycles` on the fake device (1 GHz): the clock moves on
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: _FakeEventBase.clock.update(
+        now=_FakeEventBase.clock["now"] + cycles / 1e9), raising=False)
+    return fake
+
+
+def _five_steps(timer, fake):
+    """5 steps on a pool of 4 events (it runs dry on the 3rd); the engine moves to another
+    stream before the 4th; the device finishes the first two steps after the 2nd."""
+    clock = _FakeEventBase.clock
+    for iid in range(1, 6):
+        if iid == 4:
+            fake.current = (12, 0, 1)
         clock["now"] = float(iid)
         timer.start(iid)
         clock["now"] = iid + 0.25
         timer.stop(iid)
         if iid == 2:
-            clock["done_until"] = 2.5   # the device finished the first two steps
-    assert len(lookups) == 5   # the stream is looked up once a step
+            clock["done_until"] = 2.5
+
+
+@pytest.mark.parametrize("driver", [None, _FakeDriver()], ids=["torch record", "driver record"])
+def test_cuda_timer_records_on_the_step_stream_and_keeps_samples_when_its_pool_runs_dry(
+        fake_cuda, driver):
+    from pytest_sdbench.observer import CudaEventTimer
+    timer = CudaEventTimer(pool_size=2, driver=driver)
+    assert timer.recorder == (CudaEventTimer.TORCH_RECORD if driver is None
+                              else CudaEventTimer.DRIVER_RECORD)
+    # the pool's CUDA events are made now (torch makes one at its first record)
+    assert len(_FakeEventBase.created) == 4
+    lookups_made = fake_cuda.lookups
+    _five_steps(timer, fake_cuda)
+    assert fake_cuda.lookups == lookups_made + 5   # the stream is looked up once a step
+    assert fake_cuda.streams[-2:] == [11, 12]     # a Stream object only when it changed
     assert timer.pending() == 3
+    # each pair on the stream current at its start: step 3 before the move, step 4 after
+    pairs = {(e.stream, e.at) for e in _FakeEventBase.created}
+    assert {("stream 11", 3.0), ("stream 11", 3.25)} <= pairs
+    assert {("stream 12", 4.0), ("stream 12", 4.25)} <= pairs
     samples = timer.drain()    # at idle: waits for the last, reads everything
     assert [(s.native_iteration_id, s.seconds) for s in samples] == [
         (i, pytest.approx(0.25)) for i in range(1, 6)]
     assert all(s.source == "cuda_event" for s in samples)
     assert timer.pending() == 0
     assert timer.poll() == []
+    # the two completed pairs' events were reused for steps 3 and 4; step 5 found the pool
+    # dry with nothing completed, and made two more
+    assert len(_FakeEventBase.created) == 4 + 2
+    if driver is not None:   # every step's record went through the driver, GIL held
+        assert driver.calls == 1 + 2 * 5   # the self-test's, then two a step
+
+
+@pytest.mark.parametrize("driver, note", [
+    (_FakeDriver(code=201), "cuEventRecord returned 201"),
+    (_FakeDriver(lag=0.002), "-1.0000 ms read across a 1000000-cycle kernel, expected >= 0.1"),
+], ids=["refused", "records elsewhere"])
+def test_cuda_timer_keeps_torchs_record_when_the_driver_fails_its_self_test(fake_cuda, driver,
+                                                                          note):
+    from pytest_sdbench.observer import CudaEventTimer
+    timer = CudaEventTimer(pool_size=2, driver=driver)
+    assert timer.recorder == CudaEventTimer.TORCH_RECORD
+    assert note in timer.recorder_note
+    _five_steps(timer, fake_cuda)
+    assert [s.native_iteration_id for s in timer.drain()] == [1, 2, 3, 4, 5]
+
+
+def test_a_driver_record_failing_on_the_hot_path_fails_the_step(fake_cuda):
+    from pytest_sdbench.observer.timing import CudaEventRecordError, CudaEventTimer
+    timer = CudaEventTimer(pool_size=2, driver=_FakeDriver(fail_after=2))
+    timer.start(1)   # the self-test's record, then this one
+    with pytest.raises(CudaEventRecordError, match="iteration 1"):
+        timer.stop(1)

@@ -31,7 +31,7 @@ def record(iid: int, seconds: float | None, suffix: str = "0a1b2c3d", tokens: in
     # `accepted` tokens
     request = SimpleNamespace(num_prompt_tokens=64, num_preemptions=0)
     rec = IterationRecord(iid, "measured", tuple(compat.FrozenSchedule(
-        request_ids=(rid,), scheduled_tokens=(tokens,), draft_ids=(), draft_tokens=(),
+        scheduled={rid: tokens}, draft_ids=(), draft_tokens=(),
         new_computed=((rid, 0),), cached_ids=(), cached_computed=(), requests=(request,),
         preemptions=(0,), waiting=0, running=1, total_scheduled_tokens=tokens)))
     rec.raw_output = tuple(compat.FrozenOutput(request_ids=(rid,), gained=(accepted,),

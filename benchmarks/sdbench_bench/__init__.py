@@ -9,9 +9,13 @@ and printed as one table, each figure beside its goal. A benchmark, not a test: 
 Subcommands (each a module of this package; `all` runs them in this order):
   overhead       decode tokens/s with the observer attached vs detached, alternated; the
                  same ratio between identical detached sides (the noise floor); the host
-                 time the observer adds a step, from probes beneath and above it
-  breakdown      cProfile of the observer's functions over attached runs; on CUDA the event
-                 calls timed bare
+                 time the observer adds a step, from probes beneath and above it (median
+                 over rounds, each round's figure, the split by wrapped method); the
+                 start-up probe (pytest_sdbench.observer.cost.measure) on the same engine;
+                 on CUDA the syncs added a step (as `syncs`)
+  breakdown      the observer's wrappers replayed hot on captured real steps, split by
+                 part (replay.py); cProfile of the observer's functions over attached runs;
+                 on CUDA the event calls timed bare
   ablation       observer variants (no window, host timer, no dispatch wrapper, GC off),
                  host time split by engine method
   syncs          host-device synchronisations added a step, with the observer recording

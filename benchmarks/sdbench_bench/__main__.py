@@ -26,9 +26,11 @@ SECTIONS = {
     "cost": cost.run,
 }
 HELP = {
-    "overhead": "decode throughput attached / detached, the noise floor, and the observer's "
-                "host time a step (direct probe)",
-    "breakdown": "where the observer's host time goes (cProfile; CUDA event calls bare)",
+    "overhead": "decode throughput attached / detached, the noise floor, the observer's "
+                "host time a step (direct probe: median over rounds, the rounds, by wrapper), "
+                "the start-up probe, and on CUDA the syncs added a step",
+    "breakdown": "where the observer's host time goes (hot replay of captured steps by "
+                 "part; cProfile; CUDA event calls bare)",
     "ablation": "variants of the observer, host time split by engine method and GC",
     "syncs": "host-device synchronisations the observer adds a step (CUDA)",
     "fidelity": "native step time vs a profiler trace's interval and scheduler wall time",

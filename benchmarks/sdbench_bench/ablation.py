@@ -13,9 +13,9 @@ PARTS = ("schedule", "execute_model", "sample_tokens", "update_from_output", "gc
 
 
 def run(bench) -> None:
-    from pytest_sdbench.observer import HostTimer
+    from pytest_sdbench.observer import CudaEventTimer, HostTimer
     sizes = bench.sizes
-    variants = {
+    variants: dict = {
         "detached": None,
         "full": observed,
         "stamp only (no window)": lambda e: observed(e, window=False),
@@ -24,6 +24,9 @@ def run(bench) -> None:
         "detached, gc off": lambda e: gc_disabled(contextlib.nullcontext()),
         "full, gc off": lambda e: gc_disabled(observed(e)),
     }
+    if bench.engine.device == "cuda":   # the timer's record without the driver's (as before)
+        variants["events by torch's record (releases the GIL)"] = \
+            lambda e: observed(e, timer=CudaEventTimer(driver=None))
     results = alternated(bench.engine, variants, bench.rounds, sizes.batch, sizes.context,
                          sizes.tokens)
     base = statistics.median(run.rate for run in results["detached"])

@@ -1,6 +1,7 @@
-"""Where the observer's host time goes, per step: cProfile's own-time of the observer's
-functions and of what they call over attached decode runs (cProfile inflates each call by
-its own cost), then, on CUDA, the event calls timed bare in a loop."""
+"""Where the observer's host time goes, per step: its wrappers replayed hot on captured real
+steps, split by part (replay.py); cProfile's own-time of the observer's functions and of what
+they call over attached decode runs (cProfile inflates each call by its own cost); then, on
+CUDA, the event calls timed bare in a loop."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from pytest_sdbench.collector import sampling_params
 
+from . import replay
 from .probes import decode_prompts, observed
 
 # the engine methods the observer wraps (some under torch's decorator): not its own time
@@ -20,13 +22,23 @@ WRAPPED = frozenset({"schedule", "update_from_output", "execute_model", "sample_
 
 def run(bench) -> None:
     for batch in bench.sizes.overhead_batches:
+        try:
+            replay.run(bench, batch)
+        except Exception as exc:  # noqa: BLE001 (a failed replay must not hide the rest)
+            bench.table.error(f"B={batch}: observer wrappers replayed hot", exc)
         observer_breakdown(bench, batch)
     if bench.engine.device == "cuda":
         event_calls(bench)
 
 
+# what the observer's wrappers call in engine/compat.py (the rest of that module is not
+# on their path: e.g. the step watchdog's computed_tokens, which runs between steps)
+COMPAT_ON_THE_PATH = frozenset({"freeze_schedule", "freeze_output"})
+
+
 def _ours(key) -> bool:
-    return "pytest_sdbench/observer" in key[0] or key[0].endswith("engine/compat.py")
+    return ("pytest_sdbench/observer" in key[0] and not key[0].endswith("observer/cost.py")) \
+        or (key[0].endswith("engine/compat.py") and key[2] in COMPAT_ON_THE_PATH)
 
 
 def observer_breakdown(bench, batch: int) -> None:
@@ -69,8 +81,18 @@ def event_calls(bench, loops: int = 2000) -> None:
     later = torch.cuda.Event(enable_timing=True)
     later.record(stream)
     torch.cuda.synchronize()
+    import ctypes
+
+    from pytest_sdbench.observer.timing import driver_record, event_record
+    record, raw = event_record(torch.cuda.Event), driver_record()
+    device, lookup = torch._C._cuda_getDevice, torch._C._cuda_getCurrentStream
+    handles = ctypes.c_void_p(ready.cuda_event), ctypes.c_void_p(stream.cuda_stream)
     costs = {
         "torch.cuda.current_stream()": each(torch.cuda.current_stream),
+        "C stream lookup (the timer's, a step)": each(lambda: lookup(device())),
+        "C Event.record(stream) (releases the GIL)": each(lambda: record(ready, stream)),
+        "cuEventRecord via ctypes.PyDLL (GIL held; the timer's)": each(
+            lambda: raw(*handles)) if raw is not None else float("nan"),
         "Event.record() (reads the current stream)": each(ready.record),
         "Event.record(stream)": each(lambda: ready.record(stream)),
         "Event() + first record (creates the CUDA event)": each(

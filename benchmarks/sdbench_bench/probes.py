@@ -1,5 +1,6 @@
 """What the measurements share: the observer attached for one run, host-time probes around
-the engine's methods, and decode throughput runs alternated between variants."""
+the engine's methods (pytest_sdbench.observer.cost, the start-up probe's own), and decode
+throughput runs alternated between variants."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from unittest.mock import patch
 from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
 from pytest_sdbench.observer import NativeObserver, timer_for
+from pytest_sdbench.observer.cost import HostProfile, added_seconds
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 
@@ -45,60 +47,6 @@ def gc_disabled(variant):
         gc.enable()
 
 
-class HostProfile:
-    """Host seconds spent inside four engine methods during one run, measured by a thin
-    wrapper around whatever each method is when installed. Installed beneath the observer it
-    times the engine's own methods; installed above it, the observer's wrappers too: the
-    difference is the host time the observer adds. The beneath layer also sums the
-    interpreter's garbage-collection pauses."""
-    METHODS = (("scheduler", "schedule"), ("scheduler", "update_from_output"),
-               ("worker", "execute_model"), ("worker", "sample_tokens"))
-
-    def __init__(self, engine, gc_pauses: bool = False):
-        self._owners = {"scheduler": compat.scheduler(engine.llm),
-                        "worker": compat.worker(engine.llm)}
-        self._gc_pauses = gc_pauses
-        self.seconds: dict[str, float] = {}
-        self.steps = 0
-        self.collections = [0, 0, 0]
-        self._gc_started = 0.0
-
-    @property
-    def method_seconds(self) -> float:
-        return sum(self.seconds.get(name, 0.0) for _, name in self.METHODS)
-
-    def _timed(self, name, original):
-        def timed(*a, **k):
-            if name == "schedule":
-                self.steps += 1
-            started = time.perf_counter()
-            try:
-                return original(*a, **k)
-            finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
-        return timed
-
-    def _on_gc(self, phase, info):
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        else:
-            self.seconds["gc"] = self.seconds.get("gc", 0.0) + time.perf_counter() - \
-                self._gc_started
-            self.collections[info["generation"]] += 1
-
-    @contextlib.contextmanager
-    def installed(self):
-        with contextlib.ExitStack() as stack:
-            for owner, name in self.METHODS:
-                obj = self._owners[owner]
-                stack.enter_context(patch.object(obj, name, self._timed(name,
-                                                                       getattr(obj, name))))
-            if self._gc_pauses:
-                gc.callbacks.append(self._on_gc)
-                stack.callback(gc.callbacks.remove, self._on_gc)
-            yield self
-
-
 @dataclass
 class Run:
     rate: float              # decode tokens/s
@@ -109,7 +57,12 @@ class Run:
     @property
     def added_per_step(self) -> float:
         """Host seconds a step spent in wrappers above the engine's own methods."""
-        return (self.total.method_seconds - self.engine.method_seconds) / self.engine.steps
+        return added_seconds(self.engine, self.total)
+
+    def added_in(self, method: str) -> float:
+        """Host seconds a step spent in wrappers above one engine method."""
+        return (self.total.seconds.get(method, 0.0) - self.engine.seconds.get(method, 0.0)) \
+            / max(self.engine.steps, 1)
 
 
 def throughput_with(engine, variant, batch, context, tokens) -> Run:

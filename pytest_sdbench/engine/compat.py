@@ -191,8 +191,7 @@ class FrozenSchedule(NamedTuple):
     """A SchedulerOutput and the scheduler's state as they were when schedule() returned,
     copied without a Python-level loop over the requests (see scheduled_rows). The hot path
     builds it as a plain tuple in this order; FrozenSchedule(*frozen) names it later."""
-    request_ids: tuple[str, ...]
-    scheduled_tokens: tuple[int, ...]                # aligned with request_ids
+    scheduled: dict[str, int]                        # new tokens a request, drafts included
     draft_ids: tuple[str, ...]                       # the requests that verify drafts
     draft_tokens: tuple[int, ...]                    # aligned with draft_ids
     new_computed: tuple[tuple[str, int], ...]        # (request id, computed) of new requests
@@ -206,26 +205,27 @@ class FrozenSchedule(NamedTuple):
 
 
 _PREEMPTIONS = operator.attrgetter("num_preemptions")
-_EMPTY: dict = {}
+_NEW_COMPUTED = operator.attrgetter("req_id", "num_computed_tokens")
 
 
 def freeze_schedule(scheduler_output, sched) -> tuple:
     """Everything the snapshot needs, read at schedule() time before anything runs, as a
-    plain tuple in FrozenSchedule's order. The engine may change the output's draft lists
-    and its requests afterwards, so the values are copied now; what never changes (a
-    request's prompt length) is read later."""
+    plain tuple in FrozenSchedule's order. The engine may change the output's token counts,
+    its draft lists and its requests afterwards, so the numbers are copied now (a dict copy,
+    tuples, lengths; no live container is kept); what never changes (a request's prompt
+    length) is read later from the request."""
     scheduled = scheduler_output.num_scheduled_tokens
-    ids = tuple(scheduled)
-    drafts = scheduler_output.scheduled_spec_decode_tokens or _EMPTY
+    drafts = scheduler_output.scheduled_spec_decode_tokens
     cached = scheduler_output.scheduled_cached_reqs
     new = scheduler_output.scheduled_new_reqs
-    requests = tuple(map(sched.requests.get, ids))
+    requests = tuple(map(sched.requests.get, scheduled))
     try:
         preemptions = tuple(map(_PREEMPTIONS, requests))
     except AttributeError:  # a request unknown to the scheduler, or a release without it
         preemptions = tuple(getattr(r, "num_preemptions", 0) for r in requests)
-    return (ids, tuple(scheduled.values()), tuple(drafts), tuple(map(len, drafts.values())),
-            tuple((r.req_id, r.num_computed_tokens) for r in new) if new else (),
+    return (scheduled.copy(),
+            tuple(drafts) if drafts else (), tuple(map(len, drafts.values())) if drafts else (),
+            tuple(map(_NEW_COMPUTED, new)) if new else (),
             tuple(cached.req_ids), tuple(cached.num_computed_tokens), requests, preemptions,
             len(sched.waiting), len(sched.running), scheduler_output.total_num_scheduled_tokens)
 
@@ -239,9 +239,8 @@ def scheduled_rows(frozen: FrozenSchedule) -> tuple[ScheduledRow, ...]:
         ScheduledRow(req_id, request.num_prompt_tokens if request is not None else -1,
                      computed[req_id], scheduled, drafts.get(req_id, 0),
                      (preemptions or 0) if request is not None else 0)
-        for req_id, scheduled, request, preemptions in zip(
-            frozen.request_ids, frozen.scheduled_tokens, frozen.requests, frozen.preemptions,
-            strict=True))
+        for (req_id, scheduled), request, preemptions in zip(
+            frozen.scheduled.items(), frozen.requests, frozen.preemptions, strict=True))
 
 
 def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:

@@ -1,6 +1,7 @@
 """Stamps native iteration IDs, freezes snapshots, receives timing samples, joins them."""
 
 from ..wire.records import (
+           ObserverCost,
            Provenance,
            QueueSnapshot,
            RejectionCorrection,
@@ -12,5 +13,6 @@ from .observer import STAMP_ATTR, IterationRecord, NativeObserver, TimingMissing
 from .timing import CudaEventTimer, HostTimer, timer_for
 
 __all__ = ["STAMP_ATTR", "CudaEventTimer", "HostTimer", "IterationRecord", "NativeObserver",
-           "Provenance", "QueueSnapshot", "RejectionCorrection", "RequestSnapshot", "Snapshot",
-           "TimingMissing", "TimingSample", "Window", "timer_for"]
+           "ObserverCost", "Provenance", "QueueSnapshot", "RejectionCorrection",
+           "RequestSnapshot", "Snapshot", "TimingMissing", "TimingSample", "Window",
+           "timer_for"]

@@ -39,10 +39,10 @@ class TimingMissing(RuntimeError):
 
 
 class IterationRecord:
-    """One recorded iteration. The hot path stores only plain tuples (the frozen schedule,
-    the frozen output) and references; the rows, the accepted counts, the graph mode, the
-    rejection corrections and the typed snapshot are derived from them on first use, after
-    the window."""
+    """One recorded iteration, built when its window is settled from the plain values the
+    hot path kept (the frozen schedule, the frozen output); the rows, the accepted counts,
+    the graph mode, the rejection corrections and the typed snapshot are derived from them
+    on first use."""
     __slots__ = ("_cache", "booking", "dispatched_mode", "native_iteration_id",
                  "outputs_in_flight", "raw_output", "raw_schedule", "timing")
 
@@ -52,7 +52,7 @@ class IterationRecord:
         self.raw_schedule = raw_schedule             # compat.freeze_schedule, at schedule()
         self.raw_output: tuple | None = None         # compat.freeze_output, when it arrived
         self.timing: TimingSample | None = None
-        self.dispatched_mode = None                  # the V2 runner's raw dispatch mode
+        self.dispatched_mode: object = None          # the V2 runner's raw dispatch mode
         # earlier iterations whose output arrived while this one was in flight (async
         # scheduling): this snapshot assumed their drafts were all accepted (None: none)
         self.outputs_in_flight: list[IterationRecord] | None = None
@@ -174,17 +174,27 @@ class Window:
 class NativeObserver:
     """The wrappers run on the engine core's thread, one step after another (schedule and
     update_from_output are the scheduler's, called by the core's step; the worker's methods
-    are called by that step too), so their shared state needs no lock."""
+    are called by that step too), so their shared state needs no lock.
+
+    On the hot path the wrappers keep only plain values, in dicts keyed by native ID that
+    live as long as the observer (bound into the wrappers once, at attach): the frozen
+    schedule, the frozen output, the dispatched graph mode, and the IDs whose output arrived
+    while an iteration was in flight. The IterationRecords are built from them when the
+    window is settled."""
 
     def __init__(self, llm, timer):
         self._llm = llm
         self.timer = timer
         self._ids = itertools.count(1)
-        self._records: dict[int, IterationRecord] = {}
+        # the open window's iterations, by native ID (emptied when it is settled)
+        self._frozen: dict[int, tuple] = {}          # compat.freeze_schedule, at schedule()
+        self._outputs: dict[int, tuple] = {}         # compat.freeze_output, when it arrived
+        self._modes: dict[int, object] = {}          # the V2 runner's raw dispatch mode
+        self._earlier: dict[int, list[int]] = {}     # outputs that arrived while in flight
         self._awaiting_sample: deque[int | None] = deque()  # None: an untimed iteration
-        self._in_flight: deque[IterationRecord] = deque()  # recorded, output not yet seen
+        self._in_flight: deque[int] = deque()  # recorded, output not yet seen
         self._window: Window | None = None
-        self._dispatched_mode = None
+        self._dispatched: list = [None]        # the last dispatch's raw mode (a cell)
         self._saved: list[tuple[object, str, object]] = []
 
     # ---- install / remove ---------------------------------------------------------------
@@ -196,12 +206,12 @@ class NativeObserver:
         if self.attached:
             raise RuntimeError("observer already attached")
         sched, worker = compat.scheduler(self._llm), compat.worker(self._llm)
-        self._sched = sched
-        self._wrap(sched, "schedule", self._schedule)
-        self._wrap(sched, "update_from_output", self._update_from_output)
-        self._wrap(worker, "execute_model", self._execute_model)
-        self._wrap(worker, "sample_tokens", self._sample_tokens)
         dispatcher = compat.graph_dispatcher(self._llm)
+        self._wrap(sched, "schedule", lambda original: self._schedule(original, sched))
+        self._wrap(sched, "update_from_output", self._update_from_output)
+        self._wrap(worker, "execute_model",
+                   self._execute_model if dispatcher is None else self._execute_model_dispatched)
+        self._wrap(worker, "sample_tokens", self._sample_tokens)
         if dispatcher is not None:
             self._wrap(dispatcher, "dispatch", self._dispatch)
         return self
@@ -224,6 +234,7 @@ class NativeObserver:
     # ---- windows ----------------------------------------------------------------------
     @contextmanager
     def window(self, booking: Booking):
+        self._take_kept()   # what a window that raised, and so never settled, left behind
         window = Window(booking)
         self._window = window
         try:
@@ -232,66 +243,74 @@ class NativeObserver:
             self._window = None
         self._settle(window)
 
+    def _take_kept(self) -> tuple[dict, dict, dict, dict]:
+        """What the wrappers kept for the window (frozen schedules, outputs, graph modes,
+        in-flight links), taken out: the wrappers' own state is left empty. Only at idle,
+        where no step is between execute_model and sample_tokens (a step that died there
+        would otherwise pair the next step's sample with its own ID)."""
+        kept = (dict(self._frozen), dict(self._outputs), dict(self._modes),
+                dict(self._earlier))
+        for own in (self._frozen, self._outputs, self._modes, self._earlier):
+            own.clear()
+        self._in_flight.clear()
+        self._awaiting_sample.clear()
+        return kept
+
     def _settle(self, window: Window) -> None:
-        """At idle: read every sample the timer holds (waiting for the device once, for the
-        last), join them by native ID, and hand the window its records."""
-        self._collect(self.timer.drain())
-        # A settled record takes no later output or correction (as if its output never came)
-        settled = set(window.ids)
-        for record in [r for r in self._in_flight if r.native_iteration_id in settled]:
-            self._in_flight.remove(record)
-        missing = []
-        for iid in window.ids:
-            record = self._records.pop(iid)
-            if record.timing is None:
-                missing.append(iid)
-            window.records.append(record)
+        """At idle: take what the wrappers kept, read every sample the timer holds (waiting
+        for the device once, for the last), build the window's records, join the samples by
+        native ID, and hand the window its records. A settled record takes no later output
+        or correction (as if its output never came)."""
+        frozen, outputs, modes, earlier = self._take_kept()
+        samples = self.timer.drain()
+        records = {iid: IterationRecord(iid, window.booking, raw) for iid, raw in frozen.items()}
+        for iid, raw_output in outputs.items():
+            records[iid].raw_output = raw_output
+        for iid, mode in modes.items():
+            records[iid].dispatched_mode = mode
+        for iid, done in earlier.items():
+            records[iid].outputs_in_flight = [records[d] for d in done]
+        for sample in samples:
+            record = records.get(sample.native_iteration_id)
+            if record is not None:
+                record.timing = sample
+        window.ids.extend(records)
+        window.records.extend(records.values())
+        missing = [iid for iid, record in records.items() if record.timing is None]
         if missing:
             raise TimingMissing(f"no timing sample arrived for native iteration ids {missing}")
 
-    def _collect(self, samples: list[TimingSample]) -> None:
-        for sample in samples:
-            record = self._records.get(sample.native_iteration_id)
-            if record is not None:
-                record.timing = sample
-
-    # ---- wrappers (the hot path: no typed object, no per-request Python loop) ----------
-    def _schedule(self, original):
-        records, in_flight, ids, sched = self._records, self._in_flight, self._ids, self._sched
+    # ---- wrappers (the hot path: no typed object, no per-request Python loop; every name
+    # they use is bound once, when attach() builds them) -------------------------------
+    def _schedule(self, original, sched):
+        frozen, in_flight, ids = self._frozen, self._in_flight, self._ids
         freeze = compat.freeze_schedule
 
         def schedule(*args, **kwargs):
             output = original(*args, **kwargs)
             iid = next(ids)
-            setattr(output, STAMP_ATTR, iid)
+            output._sdbench_iteration_id = iid   # STAMP_ATTR
             # Traffic outside windows (the engine serving ordinary requests while attached)
             # is stamped but neither frozen nor timed.
-            window = self._window
-            if window is not None:
-                record = IterationRecord(iid, window.booking, freeze(output, sched))
-                records[iid] = record
-                in_flight.append(record)
-                window.ids.append(iid)
+            if self._window is not None:
+                frozen[iid] = freeze(output, sched)
+                in_flight.append(iid)
             return output
         return schedule
 
     def _execute_model(self, original):
-        records, awaiting = self._records, self._awaiting_sample
+        frozen, awaiting = self._frozen, self._awaiting_sample
         start, stop = self.timer.start, self.timer.stop
 
         def execute_model(scheduler_output, *args, **kwargs):
-            record = records.get(getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED))
-            if record is None:
+            iid = getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED)
+            if iid not in frozen:   # unstamped, or outside a window: not timed
                 output = original(scheduler_output, *args, **kwargs)
                 if output is None:  # sampling and drafting follow in sample_tokens
                     awaiting.append(None)
                 return output
-            iid = record.native_iteration_id
             start(iid)
-            self._dispatched_mode = None
             output = original(scheduler_output, *args, **kwargs)
-            if self._dispatched_mode is not None:
-                record.dispatched_mode = self._dispatched_mode
             if output is None:
                 awaiting.append(iid)
             else:
@@ -299,11 +318,37 @@ class NativeObserver:
             return output
         return execute_model
 
+    def _execute_model_dispatched(self, original):
+        """execute_model, and the graph mode the V2 runner dispatched during it."""
+        frozen, awaiting, modes = self._frozen, self._awaiting_sample, self._modes
+        start, stop, dispatched = self.timer.start, self.timer.stop, self._dispatched
+
+        def execute_model(scheduler_output, *args, **kwargs):
+            iid = getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED)
+            if iid not in frozen:   # unstamped, or outside a window: not timed
+                output = original(scheduler_output, *args, **kwargs)
+                if output is None:  # sampling and drafting follow in sample_tokens
+                    awaiting.append(None)
+                return output
+            start(iid)
+            dispatched[0] = None
+            output = original(scheduler_output, *args, **kwargs)
+            if output is None:
+                awaiting.append(iid)
+            else:
+                stop(iid)
+            if dispatched[0] is not None:
+                modes[iid] = dispatched[0]
+            return output
+        return execute_model
+
     def _dispatch(self, original):
+        dispatched = self._dispatched
+
         def dispatch(*args, **kwargs):
             descriptor = original(*args, **kwargs)
             # the raw mode: it is named after the window (IterationRecord.graph_mode)
-            self._dispatched_mode = getattr(descriptor, "cg_mode", None)
+            dispatched[0] = getattr(descriptor, "cg_mode", None)
             return descriptor
         return dispatch
 
@@ -312,32 +357,34 @@ class NativeObserver:
 
         def sample_tokens(*args, **kwargs):
             output = original(*args, **kwargs)
-            iid = awaiting.popleft() if awaiting else None
-            if iid is not None:
-                stop(iid)
+            if awaiting:
+                iid = awaiting.popleft()
+                if iid is not None:
+                    stop(iid)
             return output
         return sample_tokens
 
     def _update_from_output(self, original):
-        records, in_flight = self._records, self._in_flight
+        frozen, outputs, earlier, in_flight = (self._frozen, self._outputs, self._earlier,
+                                               self._in_flight)
         freeze = compat.freeze_output
 
         def update_from_output(scheduler_output, model_runner_output, *args, **kwargs):
-            record = records.get(getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED))
-            if record is not None:
+            iid = getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED)
+            if iid in frozen:
                 # Read before the scheduler consumes the output (it trims tokens in place).
-                record.raw_output = freeze(model_runner_output)
-                if in_flight and in_flight[0] is record:
+                outputs[iid] = freeze(model_runner_output)
+                if in_flight and in_flight[0] == iid:
                     in_flight.popleft()
-                elif record in in_flight:
-                    in_flight.remove(record)
+                elif iid in in_flight:
+                    in_flight.remove(iid)
                 # Later iterations still in flight were scheduled assuming every draft of
                 # this one accepted: note it; their corrections are derived after the window.
                 for later in in_flight:
-                    if later.native_iteration_id > record.native_iteration_id:
-                        if later.outputs_in_flight is None:
-                            later.outputs_in_flight = [record]
+                    if later > iid:
+                        if later in earlier:
+                            earlier[later].append(iid)
                         else:
-                            later.outputs_in_flight.append(record)
+                            earlier[later] = [iid]
             return original(scheduler_output, model_runner_output, *args, **kwargs)
         return update_from_output

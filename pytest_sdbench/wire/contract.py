@@ -211,3 +211,10 @@ CONTENTION_OTHER_CORES = 0.5
 MAX_ARTIFACT_BYTES = 64 << 20
 MAX_JSON_DEPTH = 32
 MAX_REPORTED_VIOLATIONS = 50
+
+# The observer's own host cost a step (observer.cost.measure): host seconds spent in the
+# observer's wrappers of the engine's four methods, measured by a thin timing probe above
+# the wrappers minus one beneath them, less the probes' own cost (the same two probes with
+# nothing between them), over the real steps of a probe run.
+ObserverCostMethod = Literal["wrapper_probes"]
+OBSERVER_COST_METHOD: ObserverCostMethod = get_args(ObserverCostMethod)[0]

@@ -13,6 +13,7 @@ from .contract import (
     PHASE_PREFILL,
     Booking,
     Device,
+    ObserverCostMethod,
     SnapshotPhase,
     TimingScope,
     TimingSource,
@@ -88,3 +89,15 @@ class Provenance:
     device: Device
     device_name: str
     timer: str
+
+
+@dataclass(frozen=True)
+class ObserverCost:
+    """The host time the native observer adds to one engine step, measured on the engine it
+    ran on (observer.cost.measure): a host-bound step is longer by this much while it is
+    observed. Seconds a step, the median over rounds, each round's figure beside it."""
+    host_seconds_per_step: float
+    round_seconds_per_step: tuple[float, ...]
+    steps: int              # observed steps measured, over every round
+    batch_size: int         # requests of the probe run
+    method: ObserverCostMethod
