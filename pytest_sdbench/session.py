@@ -23,7 +23,7 @@ import jsonschema
 
 from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
 from .checkpoints import InputError, check_checkpoints
-from .collector import CollectionResult, Collector
+from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE
 from .engine.launch import describe_failure
@@ -404,6 +404,12 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     # Every rank's devices and processes belong to this engine, not to its contention.
     peers = ranks.gather_from_ranks((os.getpid(), tuple(engine.gpu_indices)))
     gpus = tuple(i for _, indices in peers for i in indices)
+    check_grid_fits(grid.only(PHASES_BY_MODE[mode]), engine, decode_tokens)
+    if getattr(engine, "observer_cost", None) is None:
+        # Before anything is measured: the observer's own host time a step on this engine
+        # (every rank of a tensor-parallel engine runs the probe, rank 0's is recorded).
+        from .observer.cost import measure
+        engine.observer_cost = measure(engine)
     with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
         checkpoint = Checkpoint(engine, Path(out_dir) / partial_name(name), run_id, worker,
                                 monitor, notify)

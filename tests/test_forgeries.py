@@ -1036,6 +1036,18 @@ def stop_altered(d, draw):
                                   if s != summary["stop"]])
 
 
+@forgery("rounds", r"^observer_cost: null; required in schema_version 5", applies=v5)
+def observer_cost_removed(d, draw):
+    d["observer_cost"] = None
+
+
+@forgery("rounds", r"^observer_cost\.host_seconds_per_step: [-+.e\d]+ is not the median of its "
+         r"rounds' figures", applies=v5)
+def observer_cost_not_its_median(d, draw):
+    """The observer's cost said smaller than its probe rounds measured."""
+    d["observer_cost"]["host_seconds_per_step"] *= pick(draw, [0.5, 0.1, 0.0])
+
+
 @forgery("rounds", r"^rounds: \d+ entries under back_to_back repeats; a back-to-back collection "
          r"is one pass over the grid|^measurement_policy: order_seed .* under back_to_back",
          must=r"under back_to_back", applies=lambda d: rounds_with(d, 2))

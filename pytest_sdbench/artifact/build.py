@@ -120,6 +120,7 @@ def build_artifact(result, engine, environment: RunEnvironment, worker: str | No
                           skipped=len(result.skipped), skipped_points=tuple(result.skipped)),
         prefill=tuple(result.prefill), decode=tuple(result.decode),
         summaries=points, rounds=tuple(result.rounds),
+        observer_cost=getattr(engine, "observer_cost", None),
         host_canary=canary_spread(CANARY_WORKLOAD, canary_readings(result.rounds)),
         integrity=Integrity(grid_digest=grid_digest(result.grid), identity_digest=digest(identity),
                             kv_capacity_digest=digest(kv)),

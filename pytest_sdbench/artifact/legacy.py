@@ -84,7 +84,7 @@ FIELDS_INTRODUCED: dict[int, tuple[str, ...]] = {
     5: ("measurement_policy.repeat_order", "measurement_policy.order_seed",
         "measurement_policy.until_pinned", "prefill[].round", "decode[].round",
         "summaries[].median_half_width", "summaries[].stop", "summaries[].canary_spread",
-        "environment.cpu_placement", "rounds", "host_canary"),
+        "environment.cpu_placement", "rounds", "host_canary", "observer_cost"),
 }
 
 
@@ -269,6 +269,7 @@ def _v4_to_v5(data: dict) -> None:
         env.setdefault("cpu_placement", None)
     data.setdefault("rounds", [])
     data.setdefault("host_canary", None)
+    data.setdefault("observer_cost", None)
 
 
 def upgrade(data: dict) -> tuple[dict, str]:

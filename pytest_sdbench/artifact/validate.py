@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from ..wire.contract import (
     KV_SEED_REGIMES,
     LEGACY_SCHEMA_VERSIONS,
     MEASURED_SUM_REL_TOL,
+    OBSERVER_COST_METHOD,
     PACKAGE_NAME,
     PHASE_DECODE,
     PHASE_PREFILL,
@@ -156,6 +158,7 @@ def _check(a: Artifact, report: Report) -> None:
     check_rounds(a, err, legacy)
     _check_summaries(a, err)
     _check_times(a, err, legacy)
+    _check_observer_cost(a, err, legacy)
     _check_coverage(a, err)
 
 
@@ -850,6 +853,34 @@ def _check_times(a: Artifact, err: Err, legacy) -> None:
         elif a.elapsed_seconds > span + CLOCK_SLACK_SECONDS:
             err(f"elapsed_seconds: {a.elapsed_seconds} exceeds created_at - started_at = "
                 f"{span} s (+{CLOCK_SLACK_SECONDS} s slack)")
+
+
+# The observer's host cost a step: microseconds in practice; beyond this it is no such cost.
+OBSERVER_COST_BOUND_SECONDS = 1.0
+
+
+def _check_observer_cost(a: Artifact, err: Err, legacy) -> None:
+    cost = a.observer_cost
+    if cost is None:
+        if legacy is None:
+            err("observer_cost: null; required in schema_version 5 (null only in upgraded "
+                "legacy artifacts)")
+        return
+    if cost.method != OBSERVER_COST_METHOD:
+        err(f"observer_cost.method: {cost.method!r}, the contract's probe is "
+            f"{OBSERVER_COST_METHOD!r}")
+    rounds = cost.round_seconds_per_step
+    if not rounds or not all(math.isfinite(r) and abs(r) <= OBSERVER_COST_BOUND_SECONDS
+                             for r in rounds):
+        err(f"observer_cost.round_seconds_per_step: {list(rounds)}; a probe round's figure is "
+            f"a finite number of seconds within +-{OBSERVER_COST_BOUND_SECONDS}")
+    elif not math.isclose(cost.host_seconds_per_step, statistics.median(rounds),
+                          rel_tol=MEASURED_SUM_REL_TOL, abs_tol=1e-15):
+        err(f"observer_cost.host_seconds_per_step: {cost.host_seconds_per_step} is not the "
+            f"median of its rounds' figures {list(rounds)}")
+    for name in ("steps", "batch_size"):
+        if getattr(cost, name) < 1:
+            err(f"observer_cost.{name}: must be >= 1, got {getattr(cost, name)}")
 
 
 def _check_coverage(a: Artifact, err: Err) -> None:

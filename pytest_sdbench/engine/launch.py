@@ -25,6 +25,7 @@ from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from ..wire.identity import ExecutionIdentity, KVCapacity
 from ..wire.model import CpuPlacement
 from ..wire.points import EngineLimits, engine_limits
+from ..wire.records import ObserverCost
 from . import compat, placement
 from .facts import resolve_identity, resolve_kv_capacity
 from .spec import EngineSpec
@@ -198,6 +199,7 @@ class SdbenchEngine(EngineSurface):
     saved_env: dict = field(default_factory=dict, repr=False)   # restored at shutdown
     dist_file: str | None = None   # vLLM's FileStore file (vllm_dist_*), removed at shutdown
     cpu_placement: CpuPlacement | None = None   # the threads' CPUs, read after start-up
+    observer_cost: ObserverCost | None = None   # measured before its first collection
     saved_affinity: tuple[int, ...] | None = field(default=None, repr=False)  # --cpus: undone
 
     def restart(self) -> None:

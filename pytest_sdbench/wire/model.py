@@ -32,7 +32,7 @@ from .contract import (
 )
 from .identity import ExecutionIdentity, KVCapacity
 from .points import DecodePoint, Grid, PrefillPoint
-from .records import Provenance, Snapshot, TimingSample
+from .records import ObserverCost, Provenance, Snapshot, TimingSample
 from .rounds import CanarySpread, Round, UntilPinned, median_half_width
 
 
@@ -256,6 +256,10 @@ class Artifact:
     summaries: tuple[PointSummary, ...]
     rounds: tuple[Round, ...]          # empty only in upgraded legacy artifacts
     host_canary: CanarySpread | None   # every canary reading summarised (null: legacy)
+    # The host time the observer adds to a step on this engine, measured before the
+    # collection by observer.cost.measure (null: legacy): how much of a host-bound step's
+    # time is the observer's own.
+    observer_cost: ObserverCost | None
     integrity: Integrity
     elapsed_seconds: float     # the collection's wall time
     timed_seconds: float | None  # every timed step: seeds, warm-ups, measured (None: legacy)
