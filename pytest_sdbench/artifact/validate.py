@@ -158,7 +158,7 @@ def _check(a: Artifact, report: Report) -> None:
     check_rounds(a, err, legacy)
     _check_summaries(a, err)
     _check_times(a, err, legacy)
-    _check_observer_cost(a, err, legacy)
+    _check_observer_cost(a, err, report.flags)
     _check_coverage(a, err)
 
 
@@ -859,12 +859,11 @@ def _check_times(a: Artifact, err: Err, legacy) -> None:
 OBSERVER_COST_BOUND_SECONDS = 1.0
 
 
-def _check_observer_cost(a: Artifact, err: Err, legacy) -> None:
+def _check_observer_cost(a: Artifact, err: Err, flags: list[str]) -> None:
     cost = a.observer_cost
     if cost is None:
-        if legacy is None:
-            err("observer_cost: null; required in schema_version 5 (null only in upgraded "
-                "legacy artifacts)")
+        flags.append("observer_cost: null; how much of a host-bound step is the observer's own "
+                     "was not measured for this engine (kept, flagged)")
         return
     if cost.method != OBSERVER_COST_METHOD:
         err(f"observer_cost.method: {cost.method!r}, the contract's probe is "

@@ -257,8 +257,9 @@ class Artifact:
     rounds: tuple[Round, ...]          # empty only in upgraded legacy artifacts
     host_canary: CanarySpread | None   # every canary reading summarised (null: legacy)
     # The host time the observer adds to a step on this engine, measured before the
-    # collection by observer.cost.measure (null: legacy): how much of a host-bound step's
-    # time is the observer's own.
+    # collection by observer.cost.measure (null: not measured, as in legacy artifacts and
+    # those written before the field joined schema 5; flagged): how much of a host-bound
+    # step's time is the observer's own.
     observer_cost: ObserverCost | None
     integrity: Integrity
     elapsed_seconds: float     # the collection's wall time
