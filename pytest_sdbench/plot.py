@@ -3,7 +3,8 @@ embedded as base64, with a table of every point).
 
 - decode: the step time against the batch, one line per context (and acceptance length);
 - prefill: the step time against the new tokens, one line per batch and cached prefix;
-- compare: the per-point change of a candidate's step time against a baseline's.
+- compare: the per-point change of a candidate's step time against a baseline's, each bar
+  coloured by the verdict `sdbench compare` gives the point (compare.py).
 
 Each marker is a point's median retained step; its shape says how the step ran (graph
 mode); where a point was measured more than once (repeats) a bar spans its min..max.
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .compare import IMPROVED, OK, REGRESSED, Comparison, PointChange, compare, coordinates
 from .files import atomic_write_text
 from .wire.contract import GRAPH_EAGER, GRAPH_FULL, GRAPH_PIECEWISE, PHASE_DECODE, PHASE_PREFILL
 from .wire.model import Artifact, PointSummary, summarize
@@ -222,21 +224,52 @@ def changes(base: Artifact, cand: Artifact) -> list[Change]:
             if (p.phase, p.point_index) in later]
 
 
-def compare_figure(rows: Sequence[Change], title: str):
-    """Per-point change of the candidate's median step time against the baseline's."""
-    fig = _figure(8.0, max(3.0, 0.28 * len(rows) + 1.5))
+# The gate's verdicts (compare.py), as the comparison figure colours them.
+VERDICT_COLORS = {REGRESSED: "#c0392b", IMPROVED: "#2e86c1", OK: "#b3b3b3"}
+VERDICT_LABELS = {REGRESSED: "regressed (slower beyond its noise)",
+                  IMPROVED: "improved (faster beyond its noise)", OK: "within its noise"}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A point measured in both artifacts, with the gate's own verdict on it."""
+    row: Change
+    verdict: PointChange
+
+
+def judged(rows: Sequence[Change], gate: Comparison) -> list[Judged]:
+    """Each row with `sdbench compare`'s verdict on its point (matched by coordinates, as
+    the gate matches them)."""
+    by_point = {(p.phase, p.coordinates): p for p in gate.points}
+    return [Judged(r, by_point[(r.base.phase, coordinates(r.base.phase, r.base.point))])
+            for r in rows]
+
+
+def compare_figure(rows: Sequence[Judged], title: str):
+    """Per-point change of the candidate's median step time against the baseline's, each
+    bar coloured by the gate's verdict on the point (not by its sign: a +3% point within
+    its noise is no regression), with the point's noise as a whisker around zero."""
+    from matplotlib.patches import Patch
+    fig = _figure(8.0, max(3.0, 0.28 * len(rows) + 2.0))
     ax = fig.add_subplot()
-    values = [100 * r.change for r in rows]
-    colors = ["#c0392b" if v > 0 else "#2e86c1" for v in values]
+    values = [100 * j.row.change for j in rows]
     y = list(range(len(rows)))
-    ax.barh(y, values, color=colors)
-    ax.set_yticks(y, [f"{r.base.phase}[{r.base.point_index}] {r.base.label}" for r in rows],
-                  fontsize=7)
+    ax.barh(y, values, color=[VERDICT_COLORS[j.verdict.verdict] for j in rows])
+    noise = [j.verdict.noise_pct or 0.0 for j in rows]
+    ax.errorbar([0.0] * len(rows), y, xerr=noise, fmt="none", ecolor="black", alpha=0.35,
+                capsize=2, linewidth=0.8)
+    ax.set_yticks(y, [f"{j.row.base.phase}[{j.row.base.point_index}] {j.row.base.label}"
+                      for j in rows], fontsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("change of the median step time, candidate vs baseline (%; right: slower)")
+    ax.set_xlabel("change of the median step time, candidate vs baseline (%; right: slower); "
+                  "whisker: the point's noise")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
+    shown = dict.fromkeys(j.verdict.verdict for j in rows)
+    fig.legend(handles=[Patch(color=VERDICT_COLORS[v], label=VERDICT_LABELS[v]) for v in shown],
+               title="the gate's verdict (sdbench compare)", fontsize=8, title_fontsize=8,
+               loc="outside lower center")
     return fig
 
 
@@ -310,10 +343,10 @@ def _unique_stems(paths: Sequence[str | Path]) -> list[str]:
 
 
 def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str | Path,
-                compare: tuple[tuple[str | Path, Artifact], tuple[str | Path, Artifact]]
+                pair: tuple[tuple[str | Path, Artifact], tuple[str | Path, Artifact]]
                 | None = None, page_name: str = PAGE_NAME) -> list[Path]:
-    """Draw each artifact (and the comparison), write the PNGs and one HTML page into
-    out_dir; the written paths, the page last."""
+    """Draw each artifact (and the comparison of a (baseline, candidate) pair), write the
+    PNGs and one HTML page into out_dir; the written paths, the page last."""
     require_matplotlib()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -335,19 +368,27 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
             if fig is not None:
                 images.append(save(f"{stem}-{phase}.png", fig))
         page.section(str(path), _describe(artifact), images, _points_table(points))
-    if compare is not None:
-        (base_path, base), (cand_path, cand) = compare
+    if pair is not None:
+        (base_path, base), (cand_path, cand) = pair
         rows = changes(base, cand)
-        name = f"compare-{_unique_stems([base_path])[0]}-vs-{_unique_stems([cand_path])[0]}"
-        fig = compare_figure(rows, f"{Path(cand_path).name} vs {Path(base_path).name}")
-        table = _table(("point", "coordinates", "base ms", "cand ms", "change %"),
-                       [(f"{r.base.phase}[{r.base.point_index}]", r.base.label,
-                         f"{1e3 * r.base.summary.median_seconds:.3f}",
-                         f"{1e3 * r.cand.summary.median_seconds:.3f}",
-                         f"{100 * r.change:+.1f}") for r in rows])
-        page.section(f"compare: {cand_path} against {base_path}",
-                     f"{len(rows)} points in both; per-point change of the median step time",
-                     [save(f"{name}.png", fig)], table)
+        gate = compare(base, cand, base_name=str(base_path), cand_name=str(cand_path))
+        marked = judged(rows, gate)
+        base_stem, cand_stem = _unique_stems([base_path, cand_path])
+        # the candidate first in the title, the file name and the heading alike
+        name = f"compare-{cand_stem}-vs-{base_stem}"
+        fig = compare_figure(marked, f"{Path(cand_path).name} vs {Path(base_path).name} "
+                             f"(baseline): gate {'FAIL' if gate.failed else 'PASS'}")
+        table = _table(("point", "coordinates", "base ms", "cand ms", "change %", "noise %",
+                        "verdict"),
+                       [(f"{j.row.base.phase}[{j.row.base.point_index}]", j.row.base.label,
+                         f"{1e3 * j.row.base.summary.median_seconds:.3f}",
+                         f"{1e3 * j.row.cand.summary.median_seconds:.3f}",
+                         f"{100 * j.row.change:+.1f}", f"{j.verdict.noise_pct or 0:.1f}",
+                         j.verdict.verdict) for j in marked])
+        page.section(f"compare: {cand_path} vs {base_path} (baseline)",
+                     f"{len(rows)} points in both; per-point change of the median step time, "
+                     f"coloured by the verdict of `sdbench compare` with its default rule "
+                     f"({gate.verdict_line()})", [save(f"{name}.png", fig)], table)
     written.append(atomic_write_text(out / page_name, page.render()))
     return written
 
