@@ -166,9 +166,12 @@ def add_pytest_options(group) -> None:
                         **option.kwargs())
 
 
-def add_cli_options(parser: argparse.ArgumentParser, command: str) -> None:
+def add_cli_options(parser: argparse.ArgumentParser, command: str,
+                    leave_out: tuple[str, ...] = ()) -> None:
+    """The options of CLI subcommand `command`, less those named in leave_out (the
+    benchmark, which takes the engine options, writes no artifact of its own)."""
     for option in OPTIONS:
-        if command in option.commands:
+        if command in option.commands and option.name not in leave_out:
             parser.add_argument(CLI_PREFIX + option.name, *option.cli_aliases,
                                 dest=option.dest, **option.kwargs())
 

@@ -550,3 +550,14 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
     assert written(out) == [run_id]
     manifest = json.loads((out / run_id / "import-manifest.json").read_text())
     assert manifest["facts"]["draft_revision"]["value"] == "3" * 40
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path, capsys, where):
+    (tmp_path / "afile").write_text("")
+    out, said = {"file": (tmp_path / "afile" / "e", f"{tmp_path / 'afile' / 'e'} cannot be "
+                          f"created: {tmp_path / 'afile'} is not a directory"),
+                 "proc": (Path("/proc/e"), "/proc is not writable (to create /proc/e)")}[where]
+    code, printed = export(capsys, [CPU], out, *ENVELOPES)
+    assert code == 2
+    assert printed.splitlines() == [f"sdbench export: --out: {said}"]

@@ -439,14 +439,25 @@ real = session.write_artifact
 
 
 def write_artifact(artifact, path):
-    if sys.argv[1] == "all" or not str(path).endswith(".partial.json"):
+    if sys.argv[1] == "all" or not str(path).endswith((".partial.json", ".unchecked.json")):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     return real(artifact, path)
 
 
-session.write_artifact = write_artifact
+def interrupted(data):   # a Ctrl-C while the finished collection's artifact is checked
+    raise KeyboardInterrupt
+
+
+if sys.argv[1] == "interrupt":
+    session.validate_data = interrupted
+else:
+    session.write_artifact = write_artifact
 sys.exit(main(["collect", "--mode", "decode", "--grid", sys.argv[2], "--out", sys.argv[3]]))
 """
+
+
+def _unchecked(out_dir):
+    return sorted(out_dir.glob("*.unchecked.json"))
 
 
 @pytest.mark.slow
@@ -462,10 +473,12 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
     assert "decode[0]" in result.stdout
     assert "decode[1]" in result.stdout
     if failing == "final":
-        (partial,) = _partials(out)
-        assert (f"the measured points are in {partial} (its last checkpoint)"
+        # every point measured: the checkpoint says so in its name (complete, unchecked)
+        assert _partials(out) == []
+        (kept,) = _unchecked(out)
+        assert (f"the measured points are in {kept} (its last checkpoint)"
                 in result.stderr)
-        report = validate_path(partial)
+        report = validate_path(kept)
         assert report.ok
         assert report.artifact.coverage.completed == 2
     else:
@@ -476,3 +489,28 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
         from pytest_sdbench.artifact import validate_data
         assert validate_data(data).ok
         assert data["status"] == "complete"
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_ctrl_c_after_the_last_point_names_what_was_kept_and_what_it_is(tmp_path):
+    """Every point measured, then a Ctrl-C while the artifact is checked: exit 130, no
+    `.partial.json` claiming 'complete', one line naming the file that holds every point
+    and saying it was never checked."""
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-c", FULL_DISK, "interrupt",
+                             _grid(tmp_path, batches=(1, 2)), str(out)],
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert _partials(out) == []
+    (kept,) = _unchecked(out)
+    assert kept.name.startswith("sdbench-decode-k3-")
+    assert (f"sdbench: KeyboardInterrupt: all 2 points were measured, but the run stopped "
+            f"before its artifact was checked and written; they are kept, unchecked, in "
+            f"{kept} (status complete)") in result.stderr.splitlines()
+    assert result.stderr.rstrip().endswith("sdbench: interrupted")
+    report = validate_path(kept)
+    assert report.ok
+    assert report.artifact.status == "complete"
+    assert sorted(p.name for p in out.iterdir()) == [kept.name]

@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.artifact import validate_data, validate_path
 from pytest_sdbench.cli import main
 from pytest_sdbench.plot import MIXED_MARKER, PlotPoint, phase_figure, plot_points
 from pytest_sdbench.wire.model import summarize
 
+from . import forge
 from .conftest import FIXTURES
 
 REAL = FIXTURES / "cpu-agg-v4.json"
@@ -83,11 +84,14 @@ def test_compare_draws_the_per_point_change(drawing, tmp_path, capsys):
     shutil.copy(REAL, cand_path)
     out = tmp_path / "plots"
     assert main(["plot", "--compare", str(REAL), str(cand_path), "--out", str(out)]) == 0
-    assert (out / "compare-cpu-agg-v4-vs-cand.png").read_bytes().startswith(PNG_MAGIC)
+    # the candidate first, in the file name as in the heading (and the figure's title)
+    assert (out / "compare-cand-vs-cpu-agg-v4.png").read_bytes().startswith(PNG_MAGIC)
     page = (out / "sdbench-plots.html").read_text()
     _self_contained(page)
+    assert f"<h2>compare: {cand_path} vs {REAL} (baseline)</h2>" in page
     points = len(data["prefill"]) + len(data["decode"])
     assert page.count("+0.0</td>") == points          # the same artifact: no change
+    assert page.count("<td>within_noise</td>") == points
     other = json.loads(REAL.read_text())
     other["grid"]["decode"] = other["grid"]["decode"][:1]
     other_path = tmp_path / "other.json"
@@ -95,6 +99,43 @@ def test_compare_draws_the_per_point_change(drawing, tmp_path, capsys):
     code = main(["plot", "--compare", str(REAL), str(other_path), "--out", str(out)])
     assert code in (1, 2)     # another grid: refused (the edit also breaks the artifact)
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def _bar_colours(factor: float) -> set[str]:
+    """The colours of the comparison's bars when every step of the candidate takes `factor`
+    times the baseline's (single steps on CPU: the gate's noise floor is 35%)."""
+    from matplotlib.colors import to_hex
+
+    from pytest_sdbench.compare import compare
+    from pytest_sdbench.plot import changes, compare_figure, judged
+    base = validate_path(REAL).artifact
+    data = json.loads(REAL.read_text())
+    forge.scale_times(data, factor)
+    cand = validate_data(forge.cohere(data)).artifact
+    rows = judged(changes(base, cand), compare(base, cand))
+    (ax,) = compare_figure(rows, "t").axes
+    return {to_hex(bar.get_facecolor()) for bar in ax.patches}
+
+
+def test_compare_bars_are_coloured_by_the_gates_verdict_not_by_their_sign(drawing):
+    """+2.6% within a 35% noise floor is no regression and is not drawn as one; +76% is."""
+    from pytest_sdbench.plot import VERDICT_COLORS
+    assert _bar_colours(1.026) == {VERDICT_COLORS["within_noise"]}
+    assert _bar_colours(1.76) == {VERDICT_COLORS["regressed"]}
+    assert _bar_colours(0.5) == {VERDICT_COLORS["improved"]}
+
+
+@pytest.mark.parametrize("where", ["proc", "file"])
+def test_plot_refuses_an_unwritable_out_in_one_line(tmp_path, capsys, where):
+    (tmp_path / "afile").write_text("")
+    out, said = {"proc": ("/proc/plots", "/proc is not writable (to create /proc/plots)"),
+                 "file": (str(tmp_path / "afile" / "e"),
+                          f"{tmp_path / 'afile' / 'e'} cannot be created: "
+                          f"{tmp_path / 'afile'} is not a directory")}[where]
+    assert main(["plot", str(REAL), "--out", out]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"sdbench plot: --out: {said}"]
+    assert captured.out == ""
 
 
 def _point(index, batch, modes, seconds):
@@ -122,7 +163,7 @@ def test_markers_show_the_graph_mode_and_bars_the_spread_of_repeats(drawing):
 
 PLOTS_CONFTEST = """
 import pathlib, shutil
-from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.artifact import validate_data, validate_path
 
 def test_written(pytestconfig):
     path = pathlib.Path("out") / "sdbench-agg-x.json"
@@ -154,6 +195,17 @@ def test_sdbench_plots_without_matplotlib_is_a_usage_error(pytester, monkeypatch
     result = pytester.runpytest("-p", "no:cacheprovider", "--sdbench-plots")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--sdbench-plots: drawing needs matplotlib*"])
+
+
+def test_collect_plots_without_matplotlib_is_refused_before_an_engine(tmp_path, capsys,
+                                                                      monkeypatch):
+    from pytest_sdbench import session
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(session, "check_vllm_installed", lambda: None)
+    assert main(["collect", "--plots", "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("sdbench collect: --plots: drawing needs matplotlib")
+    assert not (tmp_path / "out").exists()
 
 
 def test_every_series_has_a_colour_of_its_own_and_labels_do_not_run_together(drawing):
