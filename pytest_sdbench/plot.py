@@ -262,8 +262,8 @@ def compare_figure(rows: Sequence[Judged], title: str):
                       for j in rows], fontsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("change of the median step time, candidate vs baseline (%; right: slower); "
-                  "whisker: the point's noise")
+    ax.set_xlabel("median step time, candidate vs baseline (% change; right: slower)\n"
+                  "whisker: the point's noise, as the gate judges it", fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
     shown = dict.fromkeys(j.verdict.verdict for j in rows)
