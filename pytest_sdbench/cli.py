@@ -368,7 +368,7 @@ def _show_index(path: str, data: dict) -> int:
     print(f"{path}: K-sweep index, created {data.get('created_at')}, "
           f"{len(data['artifacts'])} artifacts (one engine per K)")
     print(f"shared grid (K taken out): {len(shared)} points ({len(shared.prefill)} prefill, "
-          f"{len(shared.decode)} decode), digest {data['shared_grid_digest'].removeprefix('sha256:')[:12]}; "
+          f"{len(shared.decode)} decode), digest {_short(data['shared_grid_digest'])}; "
           f"grids identical: {'yes' if data['grids_identical'] else 'no'}")
     print(f"{'K':>3}  {'mode':<8} {'status':<9} {'points':>7} {'own':>4}  {'run':<12}  artifact")
     for entry, artifact_report in zip(data["artifacts"], report.artifacts, strict=True):
@@ -379,6 +379,10 @@ def _show_index(path: str, data: dict) -> int:
               f"{f'{cov.completed}/{cov.expected}':>7} {entry['own_points']:>4}  "
               f"{entry['run_id'][:12]:<12}  {entry['path']}")
     return EXIT_OK
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12]
 
 
 def cmd_compare(args) -> int:
