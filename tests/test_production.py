@@ -95,9 +95,10 @@ def test_k_sweep_runs_one_engine_per_k_and_indexes_the_artifacts(pytester, capsy
     for path in (index_path, prefill_index):
         result.stdout.fnmatch_lines([f"artifact: K-sweep index {path.resolve()} (K-sweep index "
                                      "of 2 artifacts, K=1,2, mode *)"])
+    capsys.readouterr()   # pytester's own output
     assert main(["validate", *map(str, sorted(out.glob("*.json")))]) == 0
     verdicts = [line.split()[0] for line in capsys.readouterr().out.splitlines()
-                if not line.startswith(" ")]
+                if line.strip() and not line.startswith(" ")]
     assert verdicts == ["VALID"] * 6   # 2 K x (decode, prefill), and their 2 indexes
     index = json.loads(index_path.read_text())
     assert index["draft_depths"] == [1, 2]
