@@ -1,13 +1,17 @@
 """The ``sdbench`` command: the plugin's work outside pytest.
 
-    sdbench collect  [--mode agg] [--preset tiny | --model DIR --draft DIR] [--out DIR]
+    sdbench collect  [--mode agg] [--preset tiny | --model DIR --draft DIR] [--k 3 | --k 1-5]
+                     [--artifact-dir DIR] [--plots] ...   (the pytest options less --sdbench-)
     sdbench validate PATH [PATH ...] [--k-window 1-5]   exit 0 valid, 1 invalid, 2 unusable
-    sdbench show     PATH
+    sdbench show     PATH                               an artifact or a K-sweep index
     sdbench compare  BASELINE CANDIDATE [--fail-above PCT] [--noise-floor PCT]
                      [--format text|markdown|csv|json]   exit 0 pass, 1 fail, 2 unusable
     sdbench plot     [ARTIFACT ...] [--compare BASELINE CANDIDATE] [--out DIR]  (matplotlib)
     sdbench export   ARTIFACT... --to aisimulate --out DIR   exit 0 written, 1 refused, 2 unusable
     sdbench fidelity PROFILE [--rate RPS ...] [--out DIR] | --report DIR   exit 0 reported
+
+Every command refuses what it cannot use in one line with exit 2 (an unwritable output
+folder included), before it starts an engine or writes anything.
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ import json
 import sys
 import time
 
-from .options import add_cli_options, k_window_note, repeat_plan, user_engine_args
+from .files import out_dir_problem
+from .options import (
+    DEFAULT_ARTIFACT_DIR,
+    add_cli_options,
+    k_window_note,
+    repeat_plan,
+    user_engine_args,
+)
 from .wire.contract import (
     K_WINDOW,
     MAX_REPORTED_VIOLATIONS,
@@ -27,6 +38,10 @@ from .wire.contract import (
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a Ctrl-C
+DEFAULT_PLOT_DIR = "sdbench-plots"
+VALIDATE_EXIT_CODES = ("exit status: 0 every PATH valid (flags are notes, not failures); 1 one "
+                       "or more invalid (each violation names its field); 2 one or more "
+                       "unusable (no such file, not JSON, not an artifact)")
 
 
 def _k_window(text: str) -> tuple[int, int]:
@@ -43,20 +58,30 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sdbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="start an engine, collect a profile, write the artifact "
-                       "(one engine and artifact per K of a sweep, plus an index)")
+                       "(one engine and artifact per K of a sweep, plus an index)",
+                       description="Start a vLLM engine with an EAGLE3 draft, collect a "
+                       "profile, write the artifact. The options are the pytest plugin's "
+                       "without the --sdbench- prefix (pytest_sdbench/options.py). Exit 0 "
+                       "complete, 1 failed or partial, 2 unusable input (nothing started), "
+                       "130 interrupted (what was measured is kept and named).")
     add_cli_options(c, "collect")
-    c.add_argument("--out", default="sdbench-artifacts", metavar="DIR")
-    v = sub.add_parser("validate", help="check artifacts against the contract")
-    v.add_argument("paths", nargs="+", metavar="PATH")
+    v = sub.add_parser("validate", help="check artifacts (and K-sweep indexes) against the "
+                       "contract", description="Check artifacts against the contract, and "
+                       "K-sweep indexes against the artifacts they name.",
+                       epilog=VALIDATE_EXIT_CODES)
+    v.add_argument("paths", nargs="+", metavar="PATH",
+                   help="an artifact (.json), or a K-sweep index: every artifact it names "
+                   "must exist beside it, be valid and be the one it describes")
     v.add_argument("--k-window", type=_k_window, default=K_WINDOW, metavar="LOW-HIGH",
                    help="the consumer's draft-depth import window; K outside is flagged")
-    s = sub.add_parser("show", help="print an artifact as a table")
-    s.add_argument("path", metavar="PATH")
+    s = sub.add_parser("show", help="print an artifact (or a K-sweep index) as a table")
+    s.add_argument("path", metavar="PATH", help="an artifact, or a K-sweep index (its "
+                   "artifacts, one per K)")
     m = sub.add_parser("compare", help="gate a candidate against a baseline, point by point, "
                        "each against its noise across rounds (exit 1 on a regression, noise "
                        "it cannot judge or an unfair comparison)")
-    m.add_argument("baseline", metavar="BASELINE")
-    m.add_argument("candidate", metavar="CANDIDATE")
+    m.add_argument("baseline", metavar="BASELINE", help="the artifact compared against")
+    m.add_argument("candidate", metavar="CANDIDATE", help="the artifact judged")
     m.add_argument("--fail-above", type=float, default=0.0, metavar="PCT",
                    help="a point regresses when slower by more than its noise and PCT percent "
                    "(default 0: its noise alone)")
@@ -69,10 +94,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="output for people (text), CI summaries (markdown), or tools")
     pl = sub.add_parser("plot", help="draw artifacts: PNGs and one self-contained HTML page "
                         "(needs matplotlib: pip install 'pytest-sdbench[plot]')")
-    pl.add_argument("paths", nargs="*", metavar="ARTIFACT")
+    pl.add_argument("paths", nargs="*", metavar="ARTIFACT", help="artifacts to draw")
     pl.add_argument("--compare", nargs=2, metavar=("BASELINE", "CANDIDATE"),
-                    help="also draw the per-point change of CANDIDATE against BASELINE")
-    pl.add_argument("--out", default="sdbench-plots", metavar="DIR")
+                    help="also draw the per-point change of CANDIDATE against BASELINE, "
+                    "coloured by `sdbench compare`'s verdict (default rule)")
+    pl.add_argument("--out", default=DEFAULT_PLOT_DIR, metavar="DIR",
+                    help=f"folder for the PNGs and sdbench-plots.html (default "
+                    f"{DEFAULT_PLOT_DIR}; created if missing)")
     from .export.command import add_arguments
     add_arguments(sub.add_parser("export", help="write what a consumer (AISimulate) reads: "
                                  "native envelopes, profile and speculative FPM table"))
@@ -81,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
         "fidelity", help="serve a held-out workload on an engine configured as the "
         "profile's; report how well the profile (ours, AISimulate's loader) predicted it"))
     return parser
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each command's parser, by name (for the help and the option-table tests)."""
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
 
 
 def main(argv=None) -> int:
@@ -107,12 +141,13 @@ def cmd_collect(args) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     from .host import registry_dir
     from .session import InputError, check_inputs, check_vllm_installed, engine_spec
+    out = args.artifact_dir or DEFAULT_ARTIFACT_DIR
     note = k_window_note(args.k, cli=True)
     if note:
         _err(f"sdbench collect: note: {note}")
     try:   # everything checkable before an engine starts (15-90 s)
         check_vllm_installed()
-        check_inputs(vars(args), cli=True, out_dir=args.out)
+        check_inputs(vars(args), cli=True, out_dir=out)
         registry_dir()   # another user's registry folder is refused (a ValueError)
         specs = [engine_spec(preset=args.preset, model=args.model, draft=args.draft,
                              draft_depth=k, cuda_graphs=args.cuda_graphs,
@@ -128,18 +163,20 @@ def cmd_collect(args) -> int:
         return EXIT_UNUSABLE
     runs, worst = [], EXIT_OK
     for spec in specs:
-        code, run = _collect_one(spec, args)
+        code, run = _collect_one(spec, args, out)
         worst = max(worst, code)
         if run is None:
             return code
         runs.append(run)
     if len(runs) > 1:
-        from .session import write_sweep_index
-        print(f"wrote the K-sweep index {write_sweep_index(runs, args.out)}")
+        from .session import describe_sweep_index, write_sweep_index
+        written = [(r.artifact, r.path) for r in runs]
+        index = write_sweep_index(written, out)
+        print(f"wrote the K-sweep index {describe_sweep_index(index, written)}")
     return worst
 
 
-def _collect_one(spec, args):
+def _collect_one(spec, args, out: str):
     """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
     from .engine import start_engine
     from .engine.launch import describe_failure
@@ -174,7 +211,7 @@ def _collect_one(spec, args):
         _err(f"sdbench [{done}/{total}] {label} ({time.perf_counter() - started:.1f} s)")
     try:
         grid = manifest if manifest is not None else grid_for(engine, args.grid)
-        run = collect_to_artifact(engine, args.mode, grid, args.out, progress=progress,
+        run = collect_to_artifact(engine, args.mode, grid, out, progress=progress,
                                   repeats=repeat_plan(vars(args), cli=True), notify=_err)
     except GridError as exc:
         _err(f"sdbench collect: {exc}")
@@ -197,15 +234,22 @@ def _collect_one(spec, args):
         engine.shutdown()
     print(_table(run.artifact))
     print(f"wrote {describe(run)}")
+    if args.plots:
+        from .plot import plot_beside
+        print(f"wrote the plots {plot_beside(run.path, run.artifact)[-1]}")
     return (EXIT_OK if run.artifact.status == STATUS_COMPLETE else EXIT_INVALID), run
 
 
 def cmd_validate(args) -> int:
-    from .artifact import UnusableArtifact, validate_path
+    from .artifact import UnusableArtifact, is_sweep_index, read_json, validate_data
     worst = EXIT_OK
     for path in args.paths:
         try:
-            report = validate_path(path, args.k_window)
+            data = read_json(path)
+            if is_sweep_index(data):
+                worst = max(worst, _validate_index(path, data, args.k_window))
+                continue
+            report = validate_data(data, args.k_window)
         except UnusableArtifact as exc:
             print(_one_line(f"UNUSABLE {exc}"))
             worst = max(worst, EXIT_UNUSABLE)
@@ -218,18 +262,39 @@ def cmd_validate(args) -> int:
         if report.ok:
             a = report.artifact
             assert a is not None  # a valid report carries its artifact
-            print(f"VALID {path}{marker}: mode {a.mode}, status {a.status}, "
-                  f"{a.coverage.completed}/{a.coverage.expected} points, device {a.device}")
+            print(f"VALID {path}{marker}: mode {a.mode}, K={a.speculative.draft_depth}, "
+                  f"status {a.status}, {a.coverage.completed}/{a.coverage.expected} points, "
+                  f"device {a.device}")
         else:
-            print(f"INVALID {path}{marker}: {len(report.errors)} violation(s)")
-            for error in report.errors[:MAX_REPORTED_VIOLATIONS]:
-                print(_one_line(f"  - {error}"))
-            if len(report.errors) > MAX_REPORTED_VIOLATIONS:
-                print(f"  ... and {len(report.errors) - MAX_REPORTED_VIOLATIONS} more")
+            _print_violations(f"INVALID {path}{marker}", report.errors)
             worst = max(worst, EXIT_INVALID)
         for flag in report.flags:
             print(_one_line(f"  flag: {flag}"))
     return worst
+
+
+def _print_violations(head: str, errors) -> None:
+    print(f"{head}: {len(errors)} violation(s)")
+    for error in errors[:MAX_REPORTED_VIOLATIONS]:
+        print(_one_line(f"  - {error}"))
+    if len(errors) > MAX_REPORTED_VIOLATIONS:
+        print(f"  ... and {len(errors) - MAX_REPORTED_VIOLATIONS} more")
+
+
+def _validate_index(path: str, data: dict, k_window) -> int:
+    """A K-sweep index: its fields, and every artifact it names (artifact.sweep)."""
+    from pathlib import Path
+
+    from .artifact.sweep import validate_index
+    report = validate_index(data, Path(path).parent, k_window)
+    if not report.ok:
+        _print_violations(f"INVALID {path} (K-sweep index)", report.errors)
+        return EXIT_INVALID
+    entries = data["artifacts"]
+    print(f"VALID {path}: K-sweep index, mode {entries[0]['mode']}, "
+          f"K={','.join(str(e['draft_depth']) for e in entries)}: {len(entries)} artifacts, "
+          "each present beside it, valid and the one it describes")
+    return EXIT_OK
 
 
 def _one_line(text: str) -> str:
@@ -295,6 +360,14 @@ def _summary_table(a) -> str:
 
 
 def cmd_show(args) -> int:
+    from .artifact import UnusableArtifact, is_sweep_index, read_json
+    try:
+        data = read_json(args.path)
+    except UnusableArtifact as exc:
+        _err(f"sdbench: {exc}")
+        return EXIT_UNUSABLE
+    if is_sweep_index(data):
+        return _show_index(args.path, data)
     from .describe import canary_line, placement_line, repeat_policy
     a, code = _load_valid(args.path)
     if a is None:
@@ -313,6 +386,35 @@ def cmd_show(args) -> int:
     print(placement_line(None if a.environment is None else a.environment.cpu_placement))
     print(_table(a))
     return EXIT_OK
+
+
+def _show_index(path: str, data: dict) -> int:
+    from pathlib import Path
+
+    from .artifact.sweep import validate_index
+    report = validate_index(data, Path(path).parent)
+    if not report.ok or report.shared is None:
+        _err(f"sdbench: {path} is not a valid K-sweep index; run `sdbench validate {path}`")
+        return EXIT_INVALID
+    shared = report.shared
+    print(f"{path}: K-sweep index, created {data.get('created_at')}, "
+          f"{len(data['artifacts'])} artifacts (one engine per K)")
+    print(f"shared grid (K taken out): {len(shared)} points ({len(shared.prefill)} prefill, "
+          f"{len(shared.decode)} decode), digest {_short(data['shared_grid_digest'])}; "
+          f"grids identical: {'yes' if data['grids_identical'] else 'no'}")
+    print(f"{'K':>3}  {'mode':<8} {'status':<9} {'points':>7} {'own':>4}  {'run':<12}  artifact")
+    for entry, artifact_report in zip(data["artifacts"], report.artifacts, strict=True):
+        artifact = artifact_report.artifact if artifact_report is not None else None
+        assert artifact is not None   # a valid index names valid artifacts
+        cov = artifact.coverage
+        print(f"{entry['draft_depth']:>3}  {entry['mode']:<8} {entry['status']:<9} "
+              f"{f'{cov.completed}/{cov.expected}':>7} {entry['own_points']:>4}  "
+              f"{entry['run_id'][:12]:<12}  {entry['path']}")
+    return EXIT_OK
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12]
 
 
 def cmd_compare(args) -> int:
@@ -338,6 +440,10 @@ def cmd_plot(args) -> int:
     if not args.paths and not args.compare:
         _err("sdbench plot: give an ARTIFACT to draw, or --compare BASELINE CANDIDATE")
         return EXIT_UNUSABLE
+    problem = out_dir_problem(args.out)
+    if problem:
+        _err(f"sdbench plot: --out: {problem}")
+        return EXIT_UNUSABLE
     loaded = []
     for path in [*args.paths, *(args.compare or ())]:
         artifact, code = _load_valid(path)
@@ -353,9 +459,12 @@ def cmd_plot(args) -> int:
     try:
         pair = loaded[len(drawn):]
         compare = (pair[0], pair[1]) if len(pair) == 2 else None
-        written = write_plots(drawn, args.out, compare=compare)
+        written = write_plots(drawn, args.out, pair=compare)
     except ValueError as exc:   # a comparison of two different grids
         _err(f"sdbench plot: {exc}")
+        return EXIT_UNUSABLE
+    except OSError as exc:   # the folder was writable when checked; not any more (a full disk)
+        _err(f"sdbench plot: --out: cannot write {exc.filename or args.out} ({exc.strerror})")
         return EXIT_UNUSABLE
     for path in written:
         print(f"wrote {path}")

@@ -3,7 +3,8 @@ own in the same folder, flushed and fsynced, then renamed over the target. A rea
 sees half a file, concurrent writers (pytest-xdist workers) never share a temporary name,
 and a link planted at the target's name is replaced, never followed. Private folders: a
 folder in a shared place (the temp folder, a cache) is used only when it is this user's own,
-and is made 0700."""
+and is made 0700. Output folders: whether one can be written at all, asked before any work
+starts (every command's --out)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,29 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
+def out_dir_problem(path: str | Path) -> str | None:
+    """Why files could not be written under path (None: they can), found without
+    creating anything: the folder, or the nearest folder above it that exists, must be a
+    folder this process can write into."""
+    path = Path(path).absolute()
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return (f"{path} is not a directory" if probe == path else
+                f"{path} cannot be created: {probe} is not a directory")
+    if not _can_create_in(probe):
+        return f"{probe} is not writable" + (f" (to create {path})" if probe != path else "")
+    return None
+
+
+def _can_create_in(folder: Path) -> bool:
+    """A file can be made there (access() would say yes to root in /proc or /sys, where
+    nothing can be created). The probe file is removed at once."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False

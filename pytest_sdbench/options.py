@@ -1,6 +1,8 @@
 """One option table for the pytest plugin and the ``sdbench`` command, as pytest-benchmark
 shares its ``add_*_options(addoption, prefix)``: each option is written once, with its
-default and help, and spelled ``--sdbench-NAME`` in pytest and ``--NAME`` in the CLI.
+default and help, and spelled ``--sdbench-NAME`` in pytest and ``--NAME`` in ``sdbench
+collect`` (the only spellings: tests/test_options.py compares the two parsers). A CLI alias
+(``--out`` for ``--artifact-dir``) is a second spelling of the same option, never another.
 
 Values are parsed here (types that raise argparse.ArgumentTypeError name the option as the
 user spelled it); checks that need more than one option live in session.engine_spec.
@@ -32,6 +34,9 @@ from .wire.contract import (
 from .wire.rounds import RepeatPlan, UntilPinned
 
 PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
+# Where artifacts go when --sdbench-artifact-dir / --artifact-dir is not given: under pytest's
+# rootdir (plugin.artifact_dir), or the current folder for `sdbench collect`.
+DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
 
 
 def draft_depths(text: str) -> tuple[int, ...]:
@@ -140,6 +145,7 @@ class Option:
     action: str | None = None
     metavar: str | None = None
     commands: tuple[str, ...] = ("collect",)   # the CLI subcommands that take it
+    cli_aliases: tuple[str, ...] = ()          # more CLI spellings (--out), same option
     extra: dict = field(default_factory=dict)
 
     @property
@@ -208,9 +214,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("tp", "tensor parallel size N: N rank processes, one device each, each running "
            "the engine under vLLM's external_launcher; rank 0 writes the artifact "
            "(default 1: one process)", default=1, type=positive_int, metavar="N"),
-    Option("plots", "pytest: draw each artifact beside it (<name>-decode.png, "
-           "<name>-prefill.png, <name>.html; needs matplotlib)", default=False,
-           action="store_true", commands=()),
+    Option("artifact-dir", f"where artifacts are written (default {DEFAULT_ARTIFACT_DIR}/: "
+           "under pytest's rootdir, or in the current folder for `sdbench collect`; --out "
+           "in the CLI is the same option)", metavar="DIR", cli_aliases=("--out",)),
+    Option("plots", "draw each artifact beside it (<name>-decode.png, <name>-prefill.png, "
+           "<name>.html; needs matplotlib: pip install 'pytest-sdbench[plot]')",
+           default=False, action="store_true"),
 )
 
 
@@ -220,10 +229,14 @@ def add_pytest_options(group) -> None:
                         **option.kwargs())
 
 
-def add_cli_options(parser: argparse.ArgumentParser, command: str) -> None:
+def add_cli_options(parser: argparse.ArgumentParser, command: str,
+                    leave_out: tuple[str, ...] = ()) -> None:
+    """The options of CLI subcommand `command`, less those named in leave_out (the
+    benchmark, which takes the engine options, writes no artifact of its own)."""
     for option in OPTIONS:
-        if command in option.commands:
-            parser.add_argument(CLI_PREFIX + option.name, dest=option.dest, **option.kwargs())
+        if command in option.commands and option.name not in leave_out:
+            parser.add_argument(CLI_PREFIX + option.name, *option.cli_aliases,
+                                dest=option.dest, **option.kwargs())
 
 
 def spelled(name: str, cli: bool) -> str:

@@ -420,10 +420,10 @@ def _unique_stems(paths: Sequence[str | Path]) -> list[str]:
 
 
 def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str | Path,
-                compare: tuple[tuple[str | Path, Artifact], tuple[str | Path, Artifact]]
+                pair: tuple[tuple[str | Path, Artifact], tuple[str | Path, Artifact]]
                 | None = None, page_name: str = PAGE_NAME) -> list[Path]:
-    """Draw each artifact (and the comparison), write the PNGs and one HTML page into
-    out_dir; the written paths, the page last."""
+    """Draw each artifact (and the comparison of a (baseline, candidate) pair), write the
+    PNGs and one HTML page into out_dir; the written paths, the page last."""
     require_matplotlib()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -450,12 +450,15 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
         page.section(str(path), _describe(artifact), images, _points_table(points))
         page.links("fidelity reports of this profile (`sdbench fidelity`)", out,
                    reports_beside(path))
-    if compare is not None:
-        (base_path, base), (cand_path, cand) = compare
+    if pair is not None:
+        (base_path, base), (cand_path, cand) = pair
         result = judge(base, cand, base_name=str(base_path), cand_name=str(cand_path))
-        name = f"compare-{_unique_stems([base_path])[0]}-vs-{_unique_stems([cand_path])[0]}"
-        fig = compare_figure(result, f"{Path(cand_path).name} vs {Path(base_path).name}")
-        page.section(f"compare: {cand_path} against {base_path}",
+        base_stem, cand_stem = _unique_stems([base_path, cand_path])
+        # the candidate first in the title, the file name and the heading alike
+        name = f"compare-{cand_stem}-vs-{base_stem}"
+        fig = compare_figure(result, f"{Path(cand_path).name} vs {Path(base_path).name} "
+                             f"(baseline): gate {'FAIL' if result.failed else 'PASS'}")
+        page.section(f"compare: {cand_path} vs {base_path} (baseline)",
                      [result.host.line(), *noise_rule(result), *(
                          f"problem: {p}" for p in result.problems), result.verdict_line()],
                      [save(f"{name}.png", fig)], _compare_table(result))

@@ -30,17 +30,24 @@ from pathlib import Path
 import pytest
 
 from . import hooks, vram
-from .options import OPTIONS, add_pytest_options, k_window_note, repeat_plan, user_engine_args
+from .options import (
+    DEFAULT_ARTIFACT_DIR,
+    OPTIONS,
+    add_pytest_options,
+    k_window_note,
+    repeat_plan,
+    user_engine_args,
+)
 
 # The run's sdbench summary, by section; xdist workers hand theirs to the controller under
 # one workeroutput key.
 SUMMARY_SECTIONS = ("artifact", "engine", "vram", "note")
 SUMMARY = pytest.StashKey[dict]()
 SUMMARY_KEY = "sdbench_summary"
-DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
 VRAM_BASELINE = pytest.StashKey[float]()
 VRAM_SAMPLER = pytest.StashKey[object]()
-SWEEP_RUNS = pytest.StashKey[list]()  # the sdbench_collection run of each K
+SWEEP_RUNS = pytest.StashKey[list]()  # every sdbench_collect run: (call, K, worker, path)
+SWEEP_KEY = "sdbench_sweep_runs"      # the workeroutput key a worker hands them under
 ENGINE = pytest.StashKey[object]()           # the session's engine (the current K's)
 REPORTED_FAILURE = pytest.StashKey[str]()     # the engine failure already summarised
 ENGINE_REFUSED = pytest.StashKey[str]()       # why no engine may start in this run
@@ -54,8 +61,6 @@ def pytest_addhooks(pluginmanager):
 def pytest_addoption(parser):
     group = parser.getgroup("sdbench", "speculative-decoding forward-pass profile (vLLM EAGLE3)")
     add_pytest_options(group)
-    group.addoption("--sdbench-artifact-dir", default=None, metavar="DIR",
-                    help=f"where artifacts are written (default <rootdir>/{DEFAULT_ARTIFACT_DIR})")
 
 
 def pytest_generate_tests(metafunc):
@@ -109,7 +114,8 @@ def _check_inputs(config) -> None:
     """The options, checked before any engine starts: one usage error (exit 4), not an
     error per test after an engine start. The default artifact folder is no option the user
     gave: when it cannot be written, only the tests that need an engine are refused."""
-    from .session import InputError, check_inputs, out_dir_problem
+    from .files import out_dir_problem
+    from .session import InputError, check_inputs
     values = {option.dest: config.getoption(f"sdbench_{option.dest}") for option in OPTIONS}
     chosen = config.getoption("sdbench_artifact_dir")
     try:
@@ -238,7 +244,10 @@ def artifact_dir(config) -> Path:
 
 
 def _progress(config):
-    """Progress lines on the terminal while a long collection runs (capture suspended)."""
+    """Progress lines on the terminal while a long collection runs (capture suspended),
+    under -v: at pytest's default verbosity they would break its lines of dots."""
+    if config.getoption("verbose") < 1:
+        return None
     started = time.perf_counter()
 
     def show(done: int, total: int, label: str) -> None:
@@ -351,19 +360,29 @@ def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
                                   repeats=repeats or options_plan,
                                   notify=_notify(pytestconfig))
         pytestconfig.stash[SUMMARY]["artifact"].append(describe(run))
+        pytestconfig.stash[SWEEP_RUNS].append(
+            (_call_key(mode, grid, decode_tokens, repeats), run.artifact.speculative.draft_depth,
+             _worker_id(pytestconfig), str(run.path)))
         pytestconfig.hook.pytest_sdbench_artifact_written(
             config=pytestconfig, path=run.path, artifact=run.artifact)
         return run
     return collect
 
 
+def _call_key(mode: str, grid, decode_tokens, repeats) -> list:
+    """What makes collections of a K sweep alike: the same call of sdbench_collect on each
+    K's engine (its own grid, or the given one with K taken out)."""
+    from .points.sweep import without_depth
+    from .wire import typed
+    shared = None if grid is None else typed.digest(without_depth(grid))
+    return [mode, shared, decode_tokens, repeats]
+
+
 @pytest.fixture(scope="session")
 def sdbench_collection(pytestconfig, sdbench_collect):
     """The collection for --sdbench-mode, run once per session (per K in a sweep; the
     sweep's index of these artifacts is written at the end of the session)."""
-    run = sdbench_collect()
-    pytestconfig.stash[SWEEP_RUNS].append(run)
-    return run
+    return sdbench_collect()
 
 
 @pytest.fixture(scope="session")
@@ -400,16 +419,6 @@ def sdbench_fidelity(pytestconfig, sdbench_engine):
 
 # ---- plots (--sdbench-plots) --------------------------------------------------------------
 
-def pytest_sessionstart(session):
-    """--sdbench-plots without matplotlib: refused before any engine starts."""
-    if session.config.getoption("sdbench_plots"):
-        from .plot import PlotUnavailable, require_matplotlib
-        try:
-            require_matplotlib()
-        except PlotUnavailable as exc:
-            raise pytest.UsageError(f"--sdbench-plots: {exc}") from None
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_sdbench_artifact_written(config, path, artifact):
     """With --sdbench-plots, the artifact's plots beside it."""
@@ -423,13 +432,37 @@ def pytest_sdbench_artifact_written(config, path, artifact):
 
 def pytest_sessionfinish(session):
     config = session.config
-    runs = config.stash[SWEEP_RUNS]
-    if len(config.getoption("sdbench_k")) > 1 and runs:
-        from .session import write_sweep_index
-        index = write_sweep_index(runs, artifact_dir(config))
-        config.stash[SUMMARY]["artifact"].append(f"K-sweep index {index}")
     if hasattr(config, "workeroutput"):  # an xdist worker hands its lines to the controller
         config.workeroutput[SUMMARY_KEY] = config.stash[SUMMARY]
+        config.workeroutput[SWEEP_KEY] = config.stash[SWEEP_RUNS]
+        return
+    if len(config.getoption("sdbench_k")) > 1:
+        _write_sweep_indexes(config)
+
+
+def _write_sweep_indexes(config) -> None:
+    """A K sweep's index for each kind of collection its tests made on every K (the same
+    sdbench_collect call on each K's engine; sdbench_collection's among them), written by
+    the controller from every worker's runs. Where a K was collected more than once (every
+    worker ran every K: --dist each), one index per worker."""
+    from .artifact import validate_path
+    from .session import describe_sweep_index, write_sweep_index
+    groups: dict[str, list] = {}
+    for key, k, worker, path in config.stash[SWEEP_RUNS]:
+        groups.setdefault(repr(key), []).append((k, worker, path))
+    for runs in groups.values():
+        ks = [k for k, _, _ in runs]
+        parts = [runs] if len(set(ks)) == len(ks) else \
+            [[r for r in runs if r[1] == w] for w in dict.fromkeys(w for _, w, _ in runs)]
+        for part in parts:
+            first = {k: path for k, _, path in reversed(part)}   # the first run of each K
+            if len(first) < 2:
+                continue
+            loaded = [(a, Path(path)) for path in first.values()
+                      if (a := validate_path(path).artifact) is not None]
+            index = write_sweep_index(loaded, artifact_dir(config))
+            config.stash[SUMMARY]["artifact"].append(
+                f"K-sweep index {describe_sweep_index(index, loaded)}")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -437,6 +470,7 @@ def pytest_testnodedown(node, error):
     output = getattr(node, "workeroutput", {}) or {}
     for section, lines in output.get(SUMMARY_KEY, {}).items():
         node.config.stash[SUMMARY][section].extend(lines)
+    node.config.stash[SWEEP_RUNS].extend(tuple(run) for run in output.get(SWEEP_KEY, ()))
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -6,36 +6,36 @@ measured."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
-import json
 import math
 import os
 import re
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 
 from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
-from .checkpoints import InputError, check_checkpoints
+from .artifact.sweep import index_text, k_label, sweep_index, sweep_index_name
+from .checkpoints import InputError, check_checkpoints, vllm_version
 from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
-from .engine.compat import BLOCK_SIZE
+from .engine.compat import BLOCK_SIZE, engine_argument_names
 from .engine.launch import describe_failure
 from .engine.placement import CpuListError, check_cpus
 from .engine.tp import TensorParallelEngine
-from .files import atomic_write_text, private_dir
+from .files import atomic_write_text, out_dir_problem, private_dir
 from .host import HostMonitor
-from .options import repeat_plan, spelled
+from .options import repeat_plan, spelled, user_engine_args
 from .options import user_engine_args as engine_args_of
 from .points import Grid, GridError, default_grid, derived_grid, read_grid_source
 from .points.consumer import NATIVE_GRID, consumer_grid, is_derived
-from .points.sweep import shared_grid
 from .testing import restoration_violations
 from .vram import cuda_available
 from .wire import typed
@@ -46,9 +46,11 @@ from .wire.contract import (
     PHASES_BY_MODE,
     REPEAT_BACK_TO_BACK,
     REVISION_PATTERN,
+    STATUS_COMPLETE,
     STOP_PINNED,
 )
-from .wire.model import SkippedPoint, utc_now
+from .wire.model import SkippedPoint
+from .wire.points import KnownLimits, fit_errors
 from .wire.rounds import RepeatPlan
 
 MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
@@ -114,9 +116,11 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
 
 def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:
     """Everything about the user's choices that can be checked before an engine starts
-    (a start takes 15-90 s): the engine choices, the grid manifest against the mode, K and
-    acceptance, and the output folder (--out in the CLI, --sdbench-artifact-dir in pytest).
-    `values` holds the options by their dest. Raises InputError."""
+    (a start takes 15-90 s): the engine choices, the engine argument names against vLLM's
+    EngineArgs, the grid manifest against the mode, K, acceptance and the engine's limits
+    known before it starts, --plots without matplotlib, and the output folder
+    (--artifact-dir / --sdbench-artifact-dir). `values` holds the options by their dest.
+    Raises InputError."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     check_engine_choices(values, cli)
     try:
@@ -128,14 +132,80 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
             check_cpus(values["cpus"])
         except CpuListError as exc:
             raise InputError(f"{opt('cpus')}: {exc}") from None
+    check_engine_arg_names(values, opt)
     if values.get("grid"):
-        check_grid_file(values["grid"], values.get("mode"),
-                        tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,)),
-                        values.get("acceptance_length"), opt)
+        depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
+        grid = check_grid_file(values["grid"], values.get("mode"), depths,
+                               values.get("acceptance_length"), opt)
+        if grid is not None:   # a grid derived from the engine fits it by construction
+            check_grid_limits(grid.only(PHASES_BY_MODE.get(values.get("mode") or "agg",
+                                                           PHASES)), values, opt)
+    if values.get("plots"):
+        from .plot import PlotUnavailable, require_matplotlib
+        try:
+            require_matplotlib()
+        except PlotUnavailable as exc:
+            raise InputError(f"{opt('plots')}: {exc}") from None
     if out_dir is not None:
         problem = out_dir_problem(out_dir)
         if problem:
-            raise InputError(f"{'--out' if cli else opt('artifact-dir')}: {problem}")
+            raise InputError(f"{opt('artifact-dir')}: {problem}")
+
+
+def check_engine_arg_names(values: dict, opt) -> None:
+    """Each engine argument the user named is one vLLM's LLM(...) takes (EngineArgs' fields
+    and LLM's own parameters, read from vLLM's source: compat.engine_argument_names)."""
+    config, given = values.get("engine_config") or {}, dict(values.get("engine_arg") or [])
+    if not (config or given):
+        return
+    known = engine_argument_names()
+    if known is None:
+        return   # no vLLM here, or its source moved: the engine start says what is wrong
+    for option, names in (("engine-arg", given), ("engine-config", config)):
+        unknown = sorted(set(names) - known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"{opt(option)}: {unknown[0]!r} is not an engine argument of "
+                             f"vLLM {vllm_version()}: EngineArgs has no such field{hint}")
+
+
+# The engine settings a grid must fit that can be known before the engine starts.
+_KNOWN_LIMITS = tuple(f.name for f in dataclasses.fields(KnownLimits) if f.name != "kv_tokens")
+
+
+def known_limits(values: dict) -> tuple[KnownLimits, str]:
+    """The limits an engine of these choices will run under that are known before it starts
+    (a preset's oracle limits and KV block size, unless --vllm-defaults; the user's engine
+    arguments over them), and where they come from, for the message. The KV capacity is
+    known only once the engine has started."""
+    known: dict[str, Any] = {}
+    sources = []
+    preset = None if values.get("model") else resolve_preset(values.get("preset"))
+    if preset is not None and not values.get("vllm_defaults"):
+        known.update(PRESETS[preset].engine_limits,
+                     block_size=BLOCK_SIZE["cuda" if cuda_available() else "cpu"])
+        sources.append(f"the {preset} preset's oracle limits")
+    user = {k: v for k, v in user_engine_args(values).items() if k in _KNOWN_LIMITS}
+    if user:
+        known.update(user)
+        sources.append("your engine arguments")
+    limits = {k: v for k, v in known.items()
+              if k in _KNOWN_LIMITS and type(v) is int and v > 0}
+    return KnownLimits(**limits), " and ".join(sources)
+
+
+def check_grid_limits(grid: Grid, values: dict, opt) -> None:
+    """The grid's points against the limits known before the engine starts (known_limits):
+    every point that cannot run exactly, in one line. The KV capacity and what only the
+    started engine knows are checked after it starts (collector)."""
+    limits, source = known_limits(values)
+    errors = fit_errors(grid, limits)
+    if errors:
+        how = (f"{opt('vllm-defaults')} drops a preset's limits; " if "preset" in source
+               else "") + f"{opt('engine-arg')} sets one"
+        raise InputError(f"{opt('grid')}: does not fit the engine ({source}): "
+                         + "; ".join(errors) + f" ({how})")
 
 
 def check_engine_choices(values: dict, cli: bool) -> None:
@@ -221,34 +291,6 @@ def check_vllm_installed() -> None:
                          "environment)")
 
 
-def out_dir_problem(path: str | Path) -> str | None:
-    """Why artifacts could not be written under path (None: they can), found without
-    creating anything: the folder, or the nearest folder above it that exists, must be a
-    folder this process can write into."""
-    path = Path(path).absolute()
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        return (f"{path} is not a directory" if probe == path else
-                f"{path} cannot be created: {probe} is not a directory")
-    if not _can_create_in(probe):
-        return f"{probe} is not writable" + (f" (to create {path})" if probe != path else "")
-    return None
-
-
-def _can_create_in(folder: Path) -> bool:
-    """A file can be made there (access() would say yes to root in /proc or /sys, where
-    nothing can be created). The probe file is removed at once."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            return True
-    except OSError:
-        return False
-
-
 def grid_for(engine, manifest: str | None = None) -> Grid:
     """The grid --grid names (a manifest, a consumer plan, or a consumer grid derived from the
     engine's limits: points.consumer); else the oracle presets' small grid, or the grid
@@ -283,13 +325,25 @@ class EngineNotRestored(AssertionError):
     """After a collection the engine does not hold or serve what it did at start-up."""
 
 
-def artifact_name(mode: str, run_id: str, worker: str | None) -> str:
-    return f"sdbench-{mode}-{run_id[:12]}" + (f"-{worker}" if worker else "") + ".json"
+def artifact_name(mode: str, draft_depth: int, run_id: str, worker: str | None) -> str:
+    """sdbench-agg-k3-<run>[-gw0].json: the mode, K and run (and the xdist worker)."""
+    return (f"sdbench-{mode}-{k_label([draft_depth])}-{run_id[:12]}"
+            + (f"-{worker}" if worker else "") + ".json")
+
+
+PARTIAL_SUFFIX, UNCHECKED_SUFFIX = ".partial.json", ".unchecked.json"
 
 
 def partial_name(name: str) -> str:
-    """The checkpoint beside an artifact: sdbench-agg-<run>.partial.json."""
-    return name.removesuffix(".json") + ".partial.json"
+    """The checkpoint beside an artifact while points remain: sdbench-agg-k3-<run>.partial.json."""
+    return name.removesuffix(".json") + PARTIAL_SUFFIX
+
+
+def unchecked_name(name: str) -> str:
+    """The checkpoint once every point was measured but the run did not finish (its engine's
+    restoration, validation and the final write): <name>.unchecked.json. Its status is
+    'complete' (every point measured); the name says it was never checked."""
+    return name.removesuffix(".json") + UNCHECKED_SUFFIX
 
 
 class ArtifactNotWritten(OSError):
@@ -314,15 +368,19 @@ CHECKPOINT_SECONDS = 10.0
 
 
 class Checkpoint:
-    """The partial artifact of a running collection, rewritten atomically as it goes (every
+    """The checkpoint of a running collection, rewritten atomically as it goes (every
     CHECKPOINT_SECONDS and at the end of every round): the samples taken, and every point
-    not measured yet skipped as 'not reached: <cause>'. A write that fails (a full disk) is
-    reported once and the collection goes on."""
+    not measured yet skipped as 'not reached: <cause>'. It is <name>.partial.json while
+    points remain, <name>.unchecked.json once every point is measured (status complete, but
+    not checked: the run may still stop before the final artifact). A write that fails (a
+    full disk) is reported once and the collection goes on."""
 
-    def __init__(self, engine, path: Path, run_id: str, worker: str | None,
+    def __init__(self, engine, folder: Path, name: str, run_id: str, worker: str | None,
                  monitor: HostMonitor, notify: Callable[[str], None]):
-        self.engine, self.path, self.run_id, self.worker = engine, path, run_id, worker
+        self.engine, self.folder, self.name = engine, folder, name
+        self.run_id, self.worker = run_id, worker
         self.monitor, self.notify = monitor, notify
+        self.path = folder / partial_name(name)   # the file written last (or to be)
         self.result: CollectionResult | None = None
         self.written = False
         self.error: OSError | None = None
@@ -349,14 +407,18 @@ class Checkpoint:
             return None
         try:
             artifact = self.artifact(cause)
-            write_artifact(artifact, self.path)
+            done = artifact.status == STATUS_COMPLETE
+            path = self.folder / (unchecked_name if done else partial_name)(self.name)
+            write_artifact(artifact, path)
         except OSError as exc:
             if self.error is None:
                 self.notify(f"sdbench: could not write the checkpoint {self.path} ({exc}); "
                             "the collection goes on")
             self.error = exc
             return None
-        self.written = True
+        if self.written and path != self.path:
+            self.path.unlink(missing_ok=True)   # the partial, now that every point is in
+        self.path, self.written = path, True
         return artifact
 
     def on_point(self, result: CollectionResult) -> None:
@@ -384,9 +446,11 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
 
     Anything raised out of the collection (an engine error, KeyboardInterrupt, a
     pytest-timeout) marks the engine unusable and shuts it down (engine.fail); an engine
-    found not restored afterwards (EngineNotRestored) is not failed. Either way the
-    checkpoint is rewritten with that cause, `notify` is told where it is in one line, and
-    the exception goes on. A final write that fails raises ArtifactNotWritten.
+    found not restored afterwards (EngineNotRestored) is not failed, nor is one whose
+    artifact was being checked or written when the run stopped (a Ctrl-C after the last
+    point). Each way the checkpoint is rewritten with that cause, `notify` is told where it
+    is in one line, and the exception goes on. A final write that fails raises
+    ArtifactNotWritten.
 
     A tensor-parallel engine's proxy runs this on every rank (the same collection, SPMD);
     rank 0 checkpoints, builds, checks and writes the artifact and tells `notify`, the
@@ -398,7 +462,7 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     notify = notify or _say
     check_grid_for_mode(grid, mode)
     run_id = uuid.uuid4().hex
-    name = artifact_name(mode, run_id, worker)
+    name = artifact_name(mode, engine.spec.draft_depth, run_id, worker)
     final_path = Path(out_dir) / name
     lead = ranks.rank() == 0
     # Every rank's devices and processes belong to this engine, not to its contention.
@@ -411,8 +475,7 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
         from .observer.cost import measure
         engine.observer_cost = measure(engine)
     with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
-        checkpoint = Checkpoint(engine, Path(out_dir) / partial_name(name), run_id, worker,
-                                monitor, notify)
+        checkpoint = Checkpoint(engine, Path(out_dir), name, run_id, worker, monitor, notify)
         try:
             result = Collector(engine, progress=progress, decode_tokens=decode_tokens,
                                repeats=repeats,
@@ -438,8 +501,20 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
             raise
         if not lead:  # only rank 0's run reaches the caller (the TP proxy)
             return None  # type: ignore[return-value]
-        artifact = build_artifact(result, engine, monitor.environment(), worker=worker,
-                                  run_id=run_id)
+        try:
+            artifact = build_artifact(result, engine, monitor.environment(), worker=worker,
+                                      run_id=run_id)
+            return _check_and_write(result, artifact, final_path, checkpoint)
+        except (InvalidArtifact, ArtifactNotWritten):
+            raise   # each names its file
+        except BaseException as exc:   # a Ctrl-C while the artifact is checked or written
+            if not final_path.exists():
+                _leave_partial(checkpoint, exc, notify)
+            raise
+
+
+def _check_and_write(result: CollectionResult, artifact: Artifact, final_path: Path,
+                     checkpoint: Checkpoint) -> CollectionRun:
     data = typed.encode(artifact)
     report = validate_data(data)
     errors = list(report.errors) + [
@@ -467,51 +542,41 @@ def _leave_partial(checkpoint: Checkpoint, exc: BaseException, notify) -> None:
     cause = describe_failure(exc)
     if checkpoint.result is None:
         line = f"sdbench: {cause}: no point was measured, so no partial artifact was written"
-    elif (a := checkpoint.write(cause)) is not None:
-        line = (f"sdbench: {cause}: {a.coverage.completed}/{a.coverage.expected} points kept "
-                f"in the partial artifact {checkpoint.path} (status {a.status})")
-    else:
+    elif (a := checkpoint.write(cause)) is None:
         line = (f"sdbench: {cause}: the partial artifact {checkpoint.path} could not be "
                 f"written ({checkpoint.error})")
+    elif a.status == STATUS_COMPLETE:
+        line = (f"sdbench: {cause}: all {a.coverage.expected} points were measured, but the "
+                f"run stopped before its artifact was checked and written; they are kept, "
+                f"unchecked, in {checkpoint.path} (status complete)")
+    else:
+        line = (f"sdbench: {cause}: {a.coverage.completed}/{a.coverage.expected} points kept "
+                f"in the partial artifact {checkpoint.path} (status {a.status})")
     notify(line)
     if hasattr(exc, "add_note"):
         exc.add_note(line)
 
 
-SWEEP_INDEX_KIND = "pytest-sdbench/k-sweep-index"
+def write_sweep_index(written: Sequence[tuple[Artifact, Path]], out_dir: str | Path) -> Path:
+    """The index of a K sweep's artifacts (artifact.sweep), written beside them; its name
+    says the mode and the K (sdbench-sweep-agg-k1-5-<id>.json)."""
+    index = sweep_index([(a, Path(path).name) for a, path in written])
+    name = sweep_index_name(written[0][0].mode, index["draft_depths"], uuid.uuid4().hex[:12])
+    return atomic_write_text(Path(out_dir) / name, index_text(index))
 
 
-def sweep_index(runs: Sequence[tuple[Artifact, str]]) -> dict:
-    """The index of a K sweep: its artifacts (with the file names they were written under),
-    one per K, and the grid they share with K taken out (points.sweep), with its digest.
-    Each artifact's grid holds the shared grid with its K filled in and `own_points` besides
-    (none unless the grid was derived from each engine: batches at that K's captured sizes,
-    AL K+1); `grids_identical`: no artifact has any (docs/artifact.md, K-sweep index)."""
-    ordered = sorted(runs, key=lambda run: run[0].speculative.draft_depth)
-    shared = shared_grid([a.grid for a, _ in ordered])
-    entries = [{"draft_depth": a.speculative.draft_depth, "path": name, "run_id": a.run_id,
-                "status": a.status, "mode": a.mode, "grid_digest": a.integrity.grid_digest,
-                "own_points": len(a.grid) - len(shared)} for a, name in ordered]
-    return {"kind": SWEEP_INDEX_KIND, "created_at": utc_now(),
-            "draft_depths": [e["draft_depth"] for e in entries], "artifacts": entries,
-            "shared_grid": typed.encode(shared), "shared_grid_digest": typed.digest(shared),
-            "grids_identical": not any(e["own_points"] for e in entries),
-            "why": "vLLM fixes K (num_speculative_tokens) when the engine starts: its "
-                   "drafter, CUDA graphs and KV layout are built for it, so each K is "
-                   "measured on an engine of its own"}
-
-
-def write_sweep_index(runs: list[CollectionRun], out_dir: str | Path) -> Path:
-    index = sweep_index([(r.artifact, r.path.name) for r in runs])
-    path = Path(out_dir) / f"sdbench-sweep-{uuid.uuid4().hex[:12]}.json"
-    return atomic_write_text(path, json.dumps(index, indent=1) + "\n")
+def describe_sweep_index(path: Path, written: Sequence[tuple[Artifact, Path]]) -> str:
+    depths = sorted(a.speculative.draft_depth for a, _ in written)
+    return (f"{path} (K-sweep index of {len(written)} artifacts, "
+            f"K={','.join(map(str, depths))}, mode {written[0][0].mode})")
 
 
 def describe(run: CollectionRun) -> str:
     a = run.artifact
     contended = f", contended: {a.environment.reason}" if a.environment is not None and \
         a.environment.contended else ""
-    return (f"{run.path} (mode {a.mode}, {a.coverage.completed}/{a.coverage.expected} points, "
+    return (f"{run.path} (mode {a.mode}, K={a.speculative.draft_depth}, "
+            f"{a.coverage.completed}/{a.coverage.expected} points, "
             f"status {a.status}, device {a.device}, timing {_source(a)}, {_repeats(a)}, "
             f"collection {a.elapsed_seconds:.1f} s{contended})")
 

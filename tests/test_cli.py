@@ -1,8 +1,10 @@
-"""`sdbench validate | show | compare` on real and broken artifacts; exit codes."""
+"""`sdbench validate | show | compare` on real and broken artifacts, and on a K sweep's
+index; exit codes; every argument's --help."""
 
 import dataclasses
 import hashlib
 import json
+import shutil
 import subprocess
 import sysconfig
 from importlib.metadata import entry_points
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sdbench import cli
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import SUMMARY_HEADER, main
 
@@ -273,3 +276,80 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
             "value": snapshot.commit,
             "source": f"artifact identity.{role}.revision (hf cache snapshot folder name "
                       f"({snapshot.path}))"}
+    assert main(["validate", str(artifact)]) == 0
+
+
+def test_every_argument_of_every_command_says_what_it_is():
+    """`sdbench COMMAND --help` describes each option and positional argument, and
+    validate's names its exit codes."""
+    parser = cli._parser()
+    for name, command in cli.subparsers(parser).items():
+        bare = [a.option_strings or [a.dest] for a in command._actions if not a.help]
+        assert bare == [], name
+    validate_help = cli.subparsers(parser)["validate"].format_help()
+    assert "exit status: 0 every PATH valid" in " ".join(validate_help.split())
+
+
+# ---- a K sweep's index -------------------------------------------------------------------
+
+PRODUCTION = Path(__file__).resolve().parents[1] / "docs/evidence/h200/production"
+SWEEP = {1: "sdbench-agg-8b571b189cc2.json", 2: "sdbench-agg-ca360243fd62.json"}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """The H200 production sweep's K=1 and K=2 artifacts, and an index of them beside them
+    (written as `sdbench collect --k 1-2` writes it)."""
+    from pytest_sdbench.session import write_sweep_index
+    written = []
+    for name in SWEEP.values():
+        shutil.copy(PRODUCTION / name, tmp_path / name)
+        written.append((validate_path(tmp_path / name).artifact, tmp_path / name))
+    return write_sweep_index(written, tmp_path)
+
+
+def test_validate_reads_a_sweep_index_beside_its_artifacts(sweep, capsys):
+    assert sweep.name.startswith("sdbench-sweep-agg-k1-2-")
+    paths = sorted(str(p) for p in sweep.parent.glob("*.json"))
+    assert main(["validate", *paths]) == 0
+    out = capsys.readouterr().out
+    assert (f"VALID {sweep}: K-sweep index, mode agg, K=1,2: 2 artifacts, each present beside "
+            "it, valid and the one it describes") in out.splitlines()
+    assert out.count("VALID ") == 3
+
+
+def test_show_lists_the_artifacts_of_a_sweep_index(sweep, capsys):
+    assert main(["show", str(sweep)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith(f"{sweep}: K-sweep index, created ")
+    assert rows[1].startswith("shared grid (K taken out): ")
+    table = [row.split() for row in rows[3:]]
+    assert [(r[0], r[-1]) for r in table] == [("1", SWEEP[1]), ("2", SWEEP[2])]
+    assert [r[3] for r in table] == ["94/94", "64/64"]
+
+
+def test_a_sweep_index_that_does_not_match_its_artifacts_is_invalid(sweep, capsys):
+    index = json.loads(sweep.read_text())
+    index["artifacts"][0]["run_id"] = "0" * 32
+    index["artifacts"][1]["draft_depth"] = 3
+    sweep.write_text(json.dumps(index))
+    (sweep.parent / SWEEP[2]).unlink()
+    assert main(["validate", str(sweep)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"INVALID {sweep} (K-sweep index): 3 violation(s)"
+    assert out[1] == "  - draft_depths: [1, 2], but the artifacts are of K [1, 3]"
+    assert out[2].startswith(f"  - artifacts[0].run_id: '{'0' * 32}', but {SWEEP[1]} says ")
+    assert out[3] == f"  - artifacts[1].path: {sweep.parent / SWEEP[2]}: no such file"
+    assert main(["show", str(sweep)]) == 1
+    assert capsys.readouterr().err.strip() == (f"sdbench: {sweep} is not a valid K-sweep "
+                                               f"index; run `sdbench validate {sweep}`")
+
+
+def test_commands_that_take_an_artifact_refuse_an_index_in_one_line(sweep, tmp_path, capsys):
+    said = f"{sweep}: a K-sweep index, not an artifact; `sdbench show {sweep}` lists its artifacts"
+    assert main(["compare", str(sweep), str(REAL)]) == 2
+    assert capsys.readouterr().err.strip() == f"sdbench: {said}"
+    assert main(["plot", str(sweep), "--out", str(tmp_path / "plots")]) == 2
+    assert capsys.readouterr().err.strip() == f"sdbench: {said}"
+    assert main(["export", str(sweep), "--to", "aisimulate", "--out", str(tmp_path / "e")]) == 2
+    assert capsys.readouterr().out.strip() == f"UNUSABLE {sweep}: {said}"

@@ -752,3 +752,12 @@ def test_a_link_planted_at_the_exports_name_is_replaced_not_followed(capsys, tmp
     assert (victim / "precious").read_text() == "x"
     assert not (out / run_id).is_symlink()
     assert (out / run_id / "import-manifest.json").is_file()
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path, capsys, where):
+    (tmp_path / "afile").write_text("")
+    out, said = {"file": (tmp_path / "afile" / "e", f"{tmp_path / 'afile' / 'e'} cannot be "
+                          f"created: {tmp_path / 'afile'} is not a directory"),
+                 "proc": (Path("/proc/e"), "/proc is not writable (to create /proc/e)")}[where]
+    code, printed = export(capsys, [CPU], out, *ENVELOPES)
+    assert code == 2
+    assert printed.splitlines() == [f"sdbench export: --out: {said}"]

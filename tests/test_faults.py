@@ -85,6 +85,7 @@ def _pytest_cases(tmp_path):
         "K sweep with decode points": ([f"--sdbench-grid={_grid(tmp_path)}", "--sdbench-k=1-5"],
                                        "--sdbench-k 1,2,3,4,5 with --sdbench-grid: a K sweep "
                                        "runs one engine per K, but the grid's decode points"),
+        **_limit_cases(tmp_path, "--sdbench-", None),
     }
 
 
@@ -134,12 +135,55 @@ def _cli_cases(tmp_path):
                                        "one engine per K, but the grid's decode points name "
                                        "their K (decode[0].draft_depth is 3)"),
         "out is a file": (["--out", str(tmp_path / "a-file" / "sub")],
-                          f"sdbench collect: --out: {tmp_path / 'a-file' / 'sub'} cannot be "
-                          f"created: {tmp_path / 'a-file'} is not a directory"),
+                          f"sdbench collect: --artifact-dir: {tmp_path / 'a-file' / 'sub'} "
+                          f"cannot be created: {tmp_path / 'a-file'} is not a directory"),
         # a folder where nothing can be created, though access() says root may write there
-        "out where nothing can be created": (["--out", "/proc/sdbench-out"],
-                                             "sdbench collect: --out: /proc is not writable "
-                                             "(to create /proc/sdbench-out)"),
+        "out where nothing can be created": (["--artifact-dir", "/proc/sdbench-out"],
+                                             "sdbench collect: --artifact-dir: /proc is not "
+                                             "writable (to create /proc/sdbench-out)"),
+        **_limit_cases(tmp_path, "--", out),
+    }
+
+
+def _limit_cases(tmp_path, prefix: str, out: str | None) -> dict:
+    """A grid over the limits a preset's engine is known to run under before it starts
+    (max_num_seqs 16, KV blocks of 32 tokens on CPU), and engine argument names vLLM's
+    EngineArgs lacks: refused before an engine starts (both need vLLM installed: the CPU
+    block size and the argument names are vLLM's)."""
+    if not HAVE_VLLM:
+        return {}
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"decode": [{"batch_size": 17, "context_tokens": 64,
+                                           "draft_depth": 3, "acceptance_length": None}]}))
+    prefix_grid = tmp_path / "prefix.json"
+    prefix_grid.write_text(json.dumps({"prefill": [{"batch_size": 1, "new_tokens": 64,
+                                                    "cached_prefix_tokens": 48}]}))
+    config = tmp_path / "engine.yaml"
+    config.write_text("max_num_seqs: 4\nmax_num_seq_groups: 2\n")
+    cli = prefix == "--"
+    lead = "sdbench collect: " if cli else ""
+    opt = (lambda name: f"--{name}") if cli else (lambda name: f"--sdbench-{name}")
+    args = (lambda name, value: [opt(name), value]) if cli else \
+        (lambda name, value: [f"{opt(name)}={value}"])
+    tail = ["--out", out] if cli else []
+    return {
+        "batch over the preset's max_num_seqs": (
+            [*args("grid", str(big)), *args("mode", "decode"), *tail],
+            f"{lead}{opt('grid')}: does not fit the engine (the tiny preset's oracle limits): "
+            f"decode[0].batch_size: 17 exceeds max_num_seqs 16 ({opt('vllm-defaults')} drops "
+            f"a preset's limits; {opt('engine-arg')} sets one)"),
+        "prefix of part of a block": (
+            [*args("grid", str(prefix_grid)), *tail],
+            f"{lead}{opt('grid')}: does not fit the engine (the tiny preset's oracle limits): "
+            "prefill[0].cached_prefix_tokens: must be a multiple of the KV block size 32 to be "
+            "an exact cache hit, got 48"),
+        "engine argument vLLM lacks": (
+            [*args("engine-arg", "max_num_seq=4"), *tail],
+            f"{lead}{opt('engine-arg')}: 'max_num_seq' is not an engine argument of vLLM "),
+        "engine config key vLLM lacks": (
+            [*args("engine-config", str(config)), *tail],
+            f"{lead}{opt('engine-config')}: 'max_num_seq_groups' is not an engine argument of "
+            "vLLM "),
     }
 
 
@@ -166,6 +210,36 @@ def test_a_k_sweep_takes_a_grid_without_decode_points(tmp_path):
     for mode in ("agg", "decode"):
         with pytest.raises(InputError, match=r"^--k 1,2 with --grid: a K sweep"):
             check_inputs({"grid": str(both), "mode": mode, "k": (1, 2)}, cli=True)
+
+
+def test_the_grid_is_checked_against_the_limits_the_engine_will_run_under(tmp_path):
+    """The tiny preset's oracle limits (max_num_seqs 16), the user's engine argument over
+    them, or none at all under --vllm-defaults (then only the user's own are known)."""
+    grid = tmp_path / "big.json"
+    grid.write_text(json.dumps({"decode": [{"batch_size": 17, "context_tokens": 64,
+                                            "draft_depth": 3, "acceptance_length": None}]}))
+    values = {"grid": str(grid), "mode": "decode", "preset": "tiny", "k": (3,)}
+    with pytest.raises(InputError, match=r"^--grid: does not fit the engine \(the tiny "
+                       r"preset's oracle limits\): decode\[0\]\.batch_size: 17 exceeds "
+                       r"max_num_seqs 16 "):
+        check_inputs(values, cli=True)
+    check_inputs({**values, "engine_arg": [("max_num_seqs", 32)]}, cli=True)
+    check_inputs({**values, "vllm_defaults": True}, cli=True)
+    with pytest.raises(InputError, match=r"^--grid: does not fit the engine \(your engine "
+                       r"arguments\): decode\[0\]\.batch_size: 17 exceeds max_num_seqs 8 "
+                       r"\(--engine-arg sets one\)$"):
+        check_inputs({**values, "vllm_defaults": True, "engine_arg": [("max_num_seqs", 8)]},
+                     cli=True)
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="the engine argument names are vLLM's")
+def test_a_misspelt_engine_argument_is_refused_with_the_name_it_resembles():
+    with pytest.raises(InputError, match=r"^--engine-arg: 'max_num_seq' is not an engine "
+                       r"argument of vLLM .*: EngineArgs has no such field \(did you mean "
+                       r"'max_num_seqs'\?\)$"):
+        check_inputs({"engine_arg": [("max_num_seqs", 4), ("max_num_seq", 4)]}, cli=True)
+    check_inputs({"engine_arg": [("max_num_seqs", 4), ("kv_cache_memory_bytes", 1 << 28)],
+                  "engine_config": {"block_size": 32, "seed": 1}}, cli=True)
 
 
 def test_an_engine_spec_with_cuda_graphs_needs_cuda(monkeypatch):
@@ -455,14 +529,25 @@ real = session.write_artifact
 
 
 def write_artifact(artifact, path):
-    if sys.argv[1] == "all" or not str(path).endswith(".partial.json"):
+    if sys.argv[1] == "all" or not str(path).endswith((".partial.json", ".unchecked.json")):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     return real(artifact, path)
 
 
-session.write_artifact = write_artifact
+def interrupted(data):   # a Ctrl-C while the finished collection's artifact is checked
+    raise KeyboardInterrupt
+
+
+if sys.argv[1] == "interrupt":
+    session.validate_data = interrupted
+else:
+    session.write_artifact = write_artifact
 sys.exit(main(["collect", "--mode", "decode", "--grid", sys.argv[2], "--out", sys.argv[3]]))
 """
+
+
+def _unchecked(out_dir):
+    return sorted(out_dir.glob("*.unchecked.json"))
 
 
 @pytest.mark.slow
@@ -478,10 +563,12 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
     assert "decode[0]" in result.stdout
     assert "decode[1]" in result.stdout
     if failing == "final":
-        (partial,) = _partials(out)
-        assert (f"the measured points are in {partial} (its last checkpoint)"
+        # every point measured: the checkpoint says so in its name (complete, unchecked)
+        assert _partials(out) == []
+        (kept,) = _unchecked(out)
+        assert (f"the measured points are in {kept} (its last checkpoint)"
                 in result.stderr)
-        report = validate_path(partial)
+        report = validate_path(kept)
         assert report.ok
         assert report.artifact.coverage.completed == 2
     else:
@@ -492,3 +579,28 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
         from pytest_sdbench.artifact import validate_data
         assert validate_data(data).ok
         assert data["status"] == "complete"
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_ctrl_c_after_the_last_point_names_what_was_kept_and_what_it_is(tmp_path):
+    """Every point measured, then a Ctrl-C while the artifact is checked: exit 130, no
+    `.partial.json` claiming 'complete', one line naming the file that holds every point
+    and saying it was never checked."""
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-c", FULL_DISK, "interrupt",
+                             _grid(tmp_path, batches=(1, 2)), str(out)],
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert _partials(out) == []
+    (kept,) = _unchecked(out)
+    assert kept.name.startswith("sdbench-decode-k3-")
+    assert (f"sdbench: KeyboardInterrupt: all 2 points were measured, but the run stopped "
+            f"before its artifact was checked and written; they are kept, unchecked, in "
+            f"{kept} (status complete)") in result.stderr.splitlines()
+    assert result.stderr.rstrip().endswith("sdbench: interrupted")
+    report = validate_path(kept)
+    assert report.ok
+    assert report.artifact.status == "complete"
+    assert sorted(p.name for p in out.iterdir()) == [kept.name]

@@ -1,16 +1,103 @@
-"""The engine configuration options, without an engine: --engine-config (YAML or JSON) and
---engine-arg KEY=VALUE (the argument wins over the file), their refusals naming the option
-and the value, and what --vllm-defaults drops from a preset's spec."""
+"""The options, without an engine: one table rendered as pytest's --sdbench-* options and
+`sdbench collect`'s (the same options, spelled less the prefix), --engine-config (YAML or
+JSON) and --engine-arg KEY=VALUE (the argument wins over the file), their refusals naming
+the option and the value, the engine argument names read from vLLM's source, and what
+--vllm-defaults drops from a preset's spec."""
 
+import argparse
 import dataclasses
+import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 
-from pytest_sdbench import cli
+from pytest_sdbench import cli, plugin
 from pytest_sdbench.engine import PRESETS, EngineSpec
-from pytest_sdbench.options import user_engine_args
+from pytest_sdbench.engine.compat import engine_argument_names
+from pytest_sdbench.options import CLI_PREFIX, PYTEST_PREFIX, user_engine_args
 from pytest_sdbench.session import MODEL_ROOT_ENV, engine_spec
+
+
+class _Recorder:
+    """Stands in for pytest's parser and option group: keeps what the plugin registers."""
+
+    def __init__(self):
+        self.added: list[tuple[tuple[str, ...], dict]] = []
+
+    def getgroup(self, *args, **kwargs):
+        return self
+
+    def addoption(self, *names, **kwargs):
+        self.added.append((names, kwargs))
+
+
+def _pytest_actions() -> dict[str, argparse.Action]:
+    """The plugin's options as argparse reads them (pytest's addoption takes argparse's
+    arguments), by spelling."""
+    recorder = _Recorder()
+    plugin.pytest_addoption(recorder)
+    parser = argparse.ArgumentParser()
+    return {names[0]: parser.add_argument(*names, **kwargs) for names, kwargs in recorder.added}
+
+
+def _cli_actions() -> dict[str, argparse.Action]:
+    collect = cli.subparsers(cli._parser())["collect"]
+    return {a.option_strings[0]: a for a in collect._actions if a.option_strings != ["-h",
+                                                                                      "--help"]}
+
+
+COMPARED = ("default", "type", "choices", "nargs", "const", "metavar", "help", "required")
+
+
+def test_the_cli_takes_exactly_the_pytest_options_less_the_prefix():
+    """One option table, two renderings: every --sdbench-NAME is `sdbench collect --NAME`
+    with the same default, type, choices, action and help, and the CLI has no other option
+    (--out is an alias of --artifact-dir, not an option of its own)."""
+    pytest_actions, cli_actions = _pytest_actions(), _cli_actions()
+    assert all(name.startswith(PYTEST_PREFIX) for name in pytest_actions)
+    spelled = {CLI_PREFIX + name.removeprefix(PYTEST_PREFIX): a
+               for name, a in pytest_actions.items()}
+    assert sorted(spelled) == sorted(cli_actions)
+    for name, ours in spelled.items():
+        theirs = cli_actions[name]
+        assert ours.dest == f"sdbench_{theirs.dest}", name
+        assert type(ours) is type(theirs), name
+        assert {k: getattr(ours, k) for k in COMPARED} == \
+            {k: getattr(theirs, k) for k in COMPARED}, name
+    assert cli_actions["--artifact-dir"].option_strings == ["--artifact-dir", "--out"]
+    assert [a.option_strings for a in cli_actions.values() if len(a.option_strings) > 1] == \
+        [["--artifact-dir", "--out"]]
+
+
+def test_pytest_registers_every_option_of_the_table(pytester):
+    """The real pytest, not the recorder: `pytest --help` lists each spelling."""
+    help_text = pytester.runpytest("--help").stdout.str()
+    for name in _pytest_actions():
+        assert f"  {name}" in help_text, name
+
+
+def test_artifact_dir_and_plots_reach_sdbench_collect():
+    args = vars(cli._parser().parse_args(["collect", "--artifact-dir", "a", "--plots"]))
+    assert (args["artifact_dir"], args["plots"]) == ("a", True)
+    assert vars(cli._parser().parse_args(["collect", "--out", "b"]))["artifact_dir"] == "b"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's source")
+def test_engine_argument_names_are_exactly_what_llm_takes():
+    """Read from vLLM's source (no import), they equal what an import says: EngineArgs'
+    dataclass fields and LLM.__init__'s own parameters."""
+    code = ("import dataclasses, inspect, json; from vllm.engine.arg_utils import EngineArgs; "
+            "from vllm import LLM; names = {f.name for f in dataclasses.fields(EngineArgs)}; "
+            "params = inspect.signature(LLM.__init__).parameters.values(); "
+            "names |= {p.name for p in params if p.kind not in (p.VAR_KEYWORD, "
+            "p.VAR_POSITIONAL)} - {'self'}; print(json.dumps(sorted(names)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True)
+    imported = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert engine_argument_names() == imported
+    assert {"max_num_seqs", "kv_cache_memory_bytes", "speculative_config", "seed"} <= imported
 
 
 def _collect_args(argv: list[str]) -> dict:

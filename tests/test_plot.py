@@ -137,7 +137,7 @@ def test_compare_draws_the_per_point_change(drawing, tmp_path, capsys):
         scale=2.0, where=lambda phase, i: phase == "decode" and i == 1))
     out = tmp_path / "plots"
     assert main(["plot", "--compare", str(base), str(cand), "--out", str(out)]) == 0
-    assert (out / "compare-base-vs-cand.png").read_bytes().startswith(PNG_MAGIC)
+    assert (out / "compare-cand-vs-base.png").read_bytes().startswith(PNG_MAGIC)
     page = (out / "sdbench-plots.html").read_text()
     _self_contained(page)
     assert page.count("<td>+0.0%</td>") == 11           # the points that did not move
@@ -174,6 +174,19 @@ def test_the_comparison_is_coloured_by_the_gates_own_verdicts(drawing):
         assert len(whiskers) == len(result.points)   # +- each point's noise
 
 
+@pytest.mark.parametrize("where", ["proc", "file"])
+def test_plot_refuses_an_unwritable_out_in_one_line(tmp_path, capsys, where):
+    (tmp_path / "afile").write_text("")
+    out, said = {"proc": ("/proc/plots", "/proc is not writable (to create /proc/plots)"),
+                 "file": (str(tmp_path / "afile" / "e"),
+                          f"{tmp_path / 'afile' / 'e'} cannot be created: "
+                          f"{tmp_path / 'afile'} is not a directory")}[where]
+    assert main(["plot", str(REAL), "--out", out]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"sdbench plot: --out: {said}"]
+    assert captured.out == ""
+
+
 def _point(index, batch, modes, seconds):
     from pytest_sdbench.wire.points import DecodePoint
     return PlotPoint("decode", index, DecodePoint(batch, 256, 3, None),
@@ -201,7 +214,7 @@ def test_markers_show_the_graph_mode_and_bars_the_ci_of_the_median(drawing):
 
 PLOTS_CONFTEST = """
 import pathlib, shutil
-from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.artifact import validate_data, validate_path
 
 def test_written(pytestconfig):
     path = pathlib.Path("out") / "sdbench-agg-x.json"
@@ -233,6 +246,17 @@ def test_sdbench_plots_without_matplotlib_is_a_usage_error(pytester, monkeypatch
     result = pytester.runpytest("-p", "no:cacheprovider", "--sdbench-plots")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--sdbench-plots: drawing needs matplotlib*"])
+
+
+def test_collect_plots_without_matplotlib_is_refused_before_an_engine(tmp_path, capsys,
+                                                                      monkeypatch):
+    from pytest_sdbench import session
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(session, "check_vllm_installed", lambda: None)
+    assert main(["collect", "--plots", "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("sdbench collect: --plots: drawing needs matplotlib")
+    assert not (tmp_path / "out").exists()
 
 
 def test_every_series_has_a_colour_of_its_own_and_labels_do_not_run_together(drawing):

@@ -152,8 +152,11 @@ def test_downstream_collection_writes_a_valid_artifact_and_shuts_down(pytester):
     result.assert_outcomes(passed=1)
     (artifact,) = (pytester.path / "out").glob("sdbench-decode-*.json")
     assert validate_path(artifact).ok
-    result.stdout.fnmatch_lines(["*= sdbench =*", f"artifact: {artifact} (mode decode, 1/1 "
-                                 "points, status complete, device cpu*"])
+    assert artifact.name.startswith("sdbench-decode-k3-")
+    result.stdout.fnmatch_lines(["*= sdbench =*", f"artifact: {artifact} (mode decode, K=3, "
+                                 "1/1 points, status complete, device cpu*"])
+    # at pytest's default verbosity no progress line breaks its row of dots
+    assert not [line for line in result.outlines if line.startswith("sdbench [")]
     assert (pytester.path / "written.txt").read_text().split() == [str(artifact), "complete"]
     assert json.loads((pytester.path / "children.json").read_text()) == []
 
@@ -190,3 +193,20 @@ def test_xdist_workers_each_run_an_engine_and_the_controller_reports_all(pyteste
     out = capsys.readouterr().out
     assert "baseline: ran contended (1 other sdbench engine(s)" in out
     assert "candidate: ran contended (1 other sdbench engine(s)" in out
+
+
+class _Config:
+    def __init__(self, verbose: int):
+        self.verbose = verbose
+
+    def getoption(self, name):
+        assert name == "verbose"
+        return self.verbose
+
+
+def test_progress_lines_are_shown_under_dash_v_only():
+    """At pytest's default verbosity a line per point would break its rows of dots."""
+    from pytest_sdbench.plugin import _progress
+    assert _progress(_Config(0)) is None
+    assert _progress(_Config(-1)) is None
+    assert callable(_progress(_Config(1)))

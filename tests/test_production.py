@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.cli import main
 from pytest_sdbench.contract import STATUS_COMPLETE
 from pytest_sdbench.points import parse_grid
 from pytest_sdbench.points.sweep import SharedGrid, with_depth, without_depth
@@ -69,29 +70,47 @@ def test_engine_of_each_k(sdbench_collection, sdbench_engine, sdbench_k):
     assert sdbench_engine.max_num_seqs == 4
     assert settings.max_num_seqs.value == 4
     assert settings.user_engine_args == {"max_num_seqs": "4"}
+
+
+def test_prefill_of_each_k(sdbench_collect, sdbench_k):
+    run = sdbench_collect("prefill")
+    assert run.path.name.startswith(f"sdbench-prefill-k{sdbench_k}-")
 """
 
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
-def test_k_sweep_runs_one_engine_per_k_and_indexes_the_artifacts(pytester):
+def test_k_sweep_runs_one_engine_per_k_and_indexes_the_artifacts(pytester, capsys):
+    """One engine per K; an index for each kind of collection made on every K (the
+    session's sdbench_collection, and a test's own sdbench_collect call), read by `sdbench
+    validate`."""
     pytester.makepyfile(test_sweep=SWEEP_TEST)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--sdbench-k=1-2", "--sdbench-mode=decode",
         "--sdbench-engine-arg", "max_num_seqs=4", "--sdbench-artifact-dir=out", timeout=900)
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*K-sweep index*"])
-    (index_path,) = (pytester.path / "out").glob("sdbench-sweep-*.json")
+    result.assert_outcomes(passed=4)
+    out = pytester.path / "out"
+    (index_path,) = out.glob("sdbench-sweep-decode-k1-2-*.json")
+    (prefill_index,) = out.glob("sdbench-sweep-prefill-k1-2-*.json")
+    for path in (index_path, prefill_index):
+        result.stdout.fnmatch_lines([f"artifact: K-sweep index {path.resolve()} (K-sweep index "
+                                     "of 2 artifacts, K=1,2, mode *)"])
+    capsys.readouterr()   # pytester's own output
+    assert main(["validate", *map(str, sorted(out.glob("*.json")))]) == 0
+    verdicts = [line.split()[0] for line in capsys.readouterr().out.splitlines()
+                if line.strip() and not line.startswith(" ")]
+    assert verdicts == ["VALID"] * 6   # 2 K x (decode, prefill), and their 2 indexes
     index = json.loads(index_path.read_text())
     assert index["draft_depths"] == [1, 2]
     shared = typed.decode(SharedGrid, index["shared_grid"])
     assert shared.decode
     assert index["grids_identical"] is True
     for entry in index["artifacts"]:
-        report = validate_path(pytester.path / "out" / entry["path"])
+        report = validate_path(out / entry["path"])
         assert report.ok, report.errors
         k = report.artifact.speculative.draft_depth
         assert k == entry["draft_depth"]
+        assert entry["path"].startswith(f"sdbench-decode-k{k}-")
         # The same K-free grid for every K; the artifact's is it with its K.
         assert without_depth(report.artifact.grid) == shared
         assert with_depth(shared, k) == report.artifact.grid

@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 
 from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.artifact.sweep import sweep_index
 from pytest_sdbench.points import EngineLimits, default_grid, derived_grid, grid_digest
 from pytest_sdbench.points.sweep import SharedGrid, shared_grid, with_depth, without_depth
-from pytest_sdbench.session import SWEEP_INDEX_KIND, sweep_index
 from pytest_sdbench.wire import typed
+from pytest_sdbench.wire.contract import SWEEP_INDEX_KIND
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ HELP = {
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     engine = common.add_argument_group("engine (as `sdbench collect` takes them)")
-    add_cli_options(engine, "collect")
+    add_cli_options(engine, "collect", leave_out=("artifact-dir", "plots"))
     own = common.add_argument_group("benchmark")
     own.add_argument("--rounds", type=positive_int, default=5, metavar="N",
                      help="alternated runs of each variant (overhead, ablation) or profiled "

@@ -171,6 +171,60 @@ def engine_kwargs(spec, device: str) -> dict:
     return kwargs
 
 
+def engine_argument_names() -> frozenset[str] | None:
+    """The keyword arguments LLM(...) takes: the fields of vLLM's EngineArgs dataclass (its
+    **kwargs go there) and LLM.__init__'s own parameters. Read from vLLM's source, not
+    imported: an import takes 10-18 s on a 2-core CPU, and before the engine's environment
+    is set it would leak settings (HF_HUB_OFFLINE is read when huggingface_hub is imported)
+    into the engine. None when vLLM is absent or its source does not hold them where
+    expected (then the engine start says what is wrong)."""
+    import importlib.util
+    from pathlib import Path
+    found = importlib.util.find_spec("vllm")
+    if found is None or not found.submodule_search_locations:
+        return None
+    root = Path(next(iter(found.submodule_search_locations)))
+    fields = _dataclass_fields(root / "engine" / "arg_utils.py", "EngineArgs")
+    params = _init_parameters(root / "entrypoints" / "llm.py", "LLM")
+    return frozenset(fields | params) if fields else None
+
+
+def _classes(path) -> dict:
+    import ast
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _dataclass_fields(path, name: str) -> set[str]:
+    """The annotated class attributes of `name` and of its bases defined in the same file
+    (ClassVar annotations are no fields)."""
+    import ast
+    classes, names, todo = _classes(path), set(), [name]
+    while todo:
+        node = classes.get(todo.pop())
+        if node is None:
+            continue
+        todo += [base.id for base in node.bases if isinstance(base, ast.Name)]
+        names |= {stmt.target.id for stmt in node.body if isinstance(stmt, ast.AnnAssign)
+                  and isinstance(stmt.target, ast.Name)
+                  and "ClassVar" not in ast.unparse(stmt.annotation)}
+    return names
+
+
+def _init_parameters(path, name: str) -> set[str]:
+    import ast
+    node = _classes(path).get(name)
+    init = next((f for f in (node.body if node else ()) if isinstance(f, ast.FunctionDef)
+                 and f.name == "__init__"), None)
+    if init is None:
+        return set()
+    args = init.args
+    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} - {"self"}
+
+
 # ---- reading a SchedulerOutput (the producer side) --------------------------------------
 # The observer's hot path: schedule() and update_from_output() run once a step, so what they
 # read is copied as plain tuples with C-level loops only (tuple(), map()); the per-request

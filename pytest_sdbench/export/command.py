@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..files import out_dir_problem
 from .aisimulate import (
     FACTS,
     SYSTEM_PATTERN,
@@ -28,7 +29,8 @@ TARGETS = ("aisimulate",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT")
+    parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT",
+                        help="artifacts to export, each to DIR/<run_id>/")
     parser.add_argument("--to", required=True, choices=TARGETS, help="the consumer")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="export folder; each artifact goes to DIR/<run_id>/")
@@ -109,6 +111,10 @@ def run(args, known_configs: Mapping[str, KnownConfig]) -> int:
     except UnusableInput as exc:
         print(f"sdbench export: {exc}")
         return EXIT_UNUSABLE
+    problem = out_dir_problem(args.out)
+    if problem:
+        print(f"sdbench export: --out: {problem}")
+        return EXIT_UNUSABLE
     worst = EXIT_OK
     for text in args.artifacts:
         path = Path(text)
@@ -116,6 +122,11 @@ def run(args, known_configs: Mapping[str, KnownConfig]) -> int:
             done = export_artifact(path, Path(args.out), options)
         except UnusableInput as exc:
             print(f"UNUSABLE {path}: {exc}")
+            worst = max(worst, EXIT_UNUSABLE)
+            continue
+        except OSError as exc:   # writable when checked; not any more (a full disk)
+            print(f"UNUSABLE {path}: --out: cannot write {exc.filename or args.out} "
+                  f"({exc.strerror}); nothing written")
             worst = max(worst, EXIT_UNUSABLE)
             continue
         except Refused as exc:

@@ -13,6 +13,8 @@ from typing import Final, Literal, TypedDict, get_args
 
 PACKAGE_NAME = "pytest-sdbench"
 ARTIFACT_KIND = "pytest-sdbench/spec-decode-profile"
+# The index of a K sweep (artifact/sweep.py), written beside its artifacts.
+SWEEP_INDEX_KIND = "pytest-sdbench/k-sweep-index"
 # Version 5 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative),
 # 3 (one observation per point, no engine settings) and 4 (repeats taken back to back, no
 # rounds, no host canary) are legacy formats that artifact.legacy still reads.

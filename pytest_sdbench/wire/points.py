@@ -129,54 +129,68 @@ def decode_max_tokens(draft_depth: int) -> int:
     return 1 + 2 * (draft_depth + 1)
 
 
-def fit_errors(grid: Grid, limits: EngineLimits, decode_tokens: int | None = None) -> list[str]:
+@dataclass(frozen=True)
+class KnownLimits:
+    """The limits of an engine known before it starts (a preset's oracle limits, the user's
+    engine arguments); None: known only once it runs. fit_errors checks what is known."""
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    kv_tokens: int | None = None
+
+
+def fit_errors(grid: Grid, limits: EngineLimits | KnownLimits,
+               decode_tokens: int | None = None) -> list[str]:
     """Every point an engine of these limits cannot run exactly, one message each: a prefill
     point must be one step of whole cached blocks; a decode point must fit max_num_seqs, the
     context length and the KV capacity over its whole run (``decode_tokens`` output tokens,
-    at least decode_max_tokens), and its cached re-admission one step's token budget."""
+    at least decode_max_tokens), and its cached re-admission one step's token budget. A
+    limit that is None (KnownLimits, before an engine starts) is not checked."""
     block, budget = limits.block_size, limits.max_num_batched_tokens
     seqs, max_len, capacity = limits.max_num_seqs, limits.max_model_len, limits.kv_tokens
     errors = []
     for i, p in enumerate(grid.prefill):
         where = f"prefill[{i}]"
-        if p.batch_size > seqs:
+        if seqs is not None and p.batch_size > seqs:
             errors.append(f"{where}.batch_size: {p.batch_size} exceeds max_num_seqs {seqs}")
-        if p.batch_size * p.new_tokens > budget:
+        if budget is not None and p.batch_size * p.new_tokens > budget:
             errors.append(f"{where}: batch_size*new_tokens = {p.batch_size * p.new_tokens} "
                           f"exceeds max_num_batched_tokens {budget}; the step would be chunked")
-        if p.cached_prefix_tokens % block:
+        if block is not None and p.cached_prefix_tokens % block:
             errors.append(f"{where}.cached_prefix_tokens: must be a multiple of the KV block "
                           f"size {block} to be an exact cache hit, got {p.cached_prefix_tokens}")
-        if p.cached_prefix_tokens and p.new_tokens <= block:
+        if block is not None and p.cached_prefix_tokens and p.new_tokens <= block:
             errors.append(f"{where}.new_tokens: a cached prefix needs new_tokens > the KV block "
                           f"size {block} (with EAGLE vLLM recomputes the last matched block), "
                           f"got {p.new_tokens}")
-        if p.cached_prefix_tokens + p.new_tokens + 1 > max_len:
+        if max_len is not None and p.cached_prefix_tokens + p.new_tokens + 1 > max_len:
             errors.append(f"{where}: cached_prefix_tokens+new_tokens = "
                           f"{p.cached_prefix_tokens + p.new_tokens} exceeds max_model_len "
                           f"{max_len}")
-        need = p.batch_size * (p.cached_prefix_tokens + p.new_tokens + block)
-        if need > capacity:
+        need = p.batch_size * (p.cached_prefix_tokens + p.new_tokens + (block or 0))
+        if capacity is not None and need > capacity:
             errors.append(f"{where}: the batch needs more KV than the engine holds "
                           f"({capacity} tokens): batch_size*(cached_prefix_tokens+new_tokens"
                           f"+block_size) = {need}")
     for i, d in enumerate(grid.decode):
         where = f"decode[{i}]"
-        if d.batch_size > seqs:
+        if seqs is not None and d.batch_size > seqs:
             errors.append(f"{where}.batch_size: {d.batch_size} exceeds max_num_seqs {seqs}")
         output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth))
-        if d.context_tokens + output + d.draft_depth > max_len:
+        if max_len is not None and d.context_tokens + output + d.draft_depth > max_len:
             errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
                           f"run of {output} output tokens within max_model_len {max_len}")
-        need = d.batch_size * (d.context_tokens + output + d.draft_depth + block)
-        if need > capacity:
+        need = d.batch_size * (d.context_tokens + output + d.draft_depth + (block or 0))
+        if capacity is not None and need > capacity:
             errors.append(f"{where}: batch_size*(context+output) needs {need} KV tokens, the "
                           f"engine holds {capacity}")
-        readmit = d.batch_size * min(d.context_tokens, 3 * block)
-        if readmit > budget:
-            errors.append(f"{where}.batch_size: re-admitting {d.batch_size} cached prompts "
-                          f"takes up to {readmit} tokens in one step, over "
-                          f"max_num_batched_tokens {budget}")
+        if block is not None and budget is not None:
+            readmit = d.batch_size * min(d.context_tokens, 3 * block)
+            if readmit > budget:
+                errors.append(f"{where}.batch_size: re-admitting {d.batch_size} cached prompts "
+                              f"takes up to {readmit} tokens in one step, over "
+                              f"max_num_batched_tokens {budget}")
     return errors
 
 
