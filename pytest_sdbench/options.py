@@ -181,8 +181,9 @@ OPTIONS: tuple[Option, ...] = (
            "grid; back_to_back: a point's repeats one after the other (their spread "
            "understates the host's noise)", default=REPEAT_ROUNDS, choices=REPEAT_ORDERS),
     Option("until-pinned", f"after the fixed rounds, keep adding rounds for the points whose "
-           f"median is not pinned yet: until the half width of its {PINNED_CONFIDENCE:.0%} "
-           f"confidence interval is within WIDTH of it (e.g. 2%), up to --max-rounds",
+           f"median is not pinned yet: until the half width of its "
+           f"{100 * PINNED_CONFIDENCE:.0f}%% confidence interval is within WIDTH of it (e.g. "
+           f"2%%), up to --max-rounds",
            type=half_width, metavar="WIDTH"),
     Option("max-rounds", f"with until-pinned: the most rounds a point takes (default "
            f"{DEFAULT_MAX_ROUNDS})", default=DEFAULT_MAX_ROUNDS, type=positive_int,

@@ -221,3 +221,10 @@ def test_the_engine_arguments_reach_the_spec_as_given(tmp_path, model_root):
     args = _collect_args(["--engine-config", str(path), "--engine-arg", "block_size=32"])
     spec = engine_spec(preset="tiny", user_engine_args=user_engine_args(args))
     assert spec.user_engine_args == {"max_num_seqs": 4, "block_size": 32}
+
+
+def test_every_help_string_formats_as_argparse_formats_it():
+    """argparse expands a help string with %: a bare % (as in '2%') breaks --help."""
+    from pytest_sdbench.options import OPTIONS
+    for option in OPTIONS:
+        option.help % {"default": option.default, "prog": "sdbench", "dest": option.dest}
