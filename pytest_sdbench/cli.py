@@ -21,6 +21,7 @@ import json
 import sys
 import time
 
+from .compare import FORMATS
 from .files import out_dir_problem
 from .options import (
     DEFAULT_ARTIFACT_DIR,
@@ -90,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
                    f"{MIN_ROUNDS_FOR_NOISE} rounds (or back-to-back repeats, or is legacy), "
                    "which otherwise fails the gate as noise it cannot judge; with enough "
                    "rounds, the least noise assumed")
-    m.add_argument("--format", choices=("text", "markdown", "csv", "json"), default="text",
+    m.add_argument("--format", choices=FORMATS, default="text",
                    help="output for people (text), CI summaries (markdown), or tools")
     pl = sub.add_parser("plot", help="draw artifacts: PNGs and one self-contained HTML page "
                         "(needs matplotlib: pip install 'pytest-sdbench[plot]')")

@@ -44,7 +44,6 @@ from .options import (
 SUMMARY_SECTIONS = ("artifact", "engine", "vram", "note")
 SUMMARY = pytest.StashKey[dict]()
 SUMMARY_KEY = "sdbench_summary"
-VRAM_BASELINE = pytest.StashKey[float]()
 VRAM_SAMPLER = pytest.StashKey[object]()
 SWEEP_RUNS = pytest.StashKey[list]()  # every sdbench_collect run: (call, K, worker, path)
 SWEEP_KEY = "sdbench_sweep_runs"      # the workeroutput key a worker hands them under

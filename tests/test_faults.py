@@ -327,17 +327,24 @@ def test_1_engine_error(fault_at_batch_3, sdbench_collect):
     sdbench_collect("decode")
 
 
+def _engine_threads():
+    '''This process's live non-daemon threads besides the main one (after a shutdown:
+    none of the engine's may remain).'''
+    import threading
+    return sorted(t.name for t in threading.enumerate()
+                  if t is not threading.main_thread() and not t.daemon)
+
+
 def test_1b_the_failed_engine_was_shut_down_at_once(pytestconfig):
     import gc
 
     from vllm import LLM
 
-    from pytest_sdbench.engine.launch import engine_threads
     from pytest_sdbench.plugin import ENGINE
     engine = pytestconfig.stash[ENGINE]   # the failed one: no test has asked for another yet
     assert engine.failure.startswith("RuntimeError: injected fault")
     assert engine.closed and engine.llm is None
-    assert engine_threads() == []
+    assert _engine_threads() == []
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, LLM)], "the LLM is still alive"
 

@@ -26,7 +26,8 @@ BLOCK_SIZE = {"cpu": 32, "cuda": 16}
 
 
 # Tensor parallel (external_launcher): the all-reduce paths known to work between ranks of
-# one host; NVLink multicast (NVLS) and the torch symmetric-memory all-reduce are left off.
+# one host; NVLink multicast (NVLS) and the torch symmetric-memory all-reduce are left off
+# (set in every rank's environment by engine/tp.py, unless the user set them).
 TENSOR_PARALLEL_ENV = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "NCCL_NVLS_ENABLE": "0"}
 EXTERNAL_LAUNCHER = "external_launcher"
 
@@ -297,15 +298,6 @@ def scheduled_rows(frozen: FrozenSchedule) -> tuple[ScheduledRow, ...]:
             frozen.scheduled.items(), frozen.requests, frozen.preemptions, strict=True))
 
 
-def scheduled_requests(scheduler_output, sched) -> tuple[ScheduledRow, ...]:
-    """Every scheduled request, read at schedule() time before anything runs."""
-    return scheduled_rows(FrozenSchedule(*freeze_schedule(scheduler_output, sched)))
-
-
-def queue_lengths(sched) -> tuple[int, int]:
-    return len(sched.waiting), len(sched.running)
-
-
 class FrozenOutput(NamedTuple):
     """What update_from_output() needs of a step's ModelRunnerOutput, copied before the
     scheduler consumes it (it trims a stopping request's sampled tokens in place). Built
@@ -328,21 +320,10 @@ def gained_tokens(frozen: FrozenOutput) -> dict[str, int]:
             for i, req_id in enumerate(frozen.request_ids)}
 
 
-def accepted_tokens(model_runner_output) -> dict[str, int]:
-    """Tokens each request gained from one step, as the host-side output carries them."""
-    return gained_tokens(FrozenOutput(*freeze_output(model_runner_output)))
-
-
 def graph_mode_name(mode) -> str:
     """vLLM's CUDAGraphMode (enum or its str) as 'eager', 'piecewise' or 'full'."""
     name = str(getattr(mode, "name", mode)).rsplit(".", 1)[-1].lower()
     return "eager" if name == "none" else name
-
-
-def cudagraph_mode_of_step(model_runner_output) -> str | None:
-    """How the engine ran the step, if the output reports it (V1 model runner with
-    cudagraph_metrics=True); None when it does not."""
-    return graph_mode_of_stats(getattr(model_runner_output, "cudagraph_stats", None))
 
 
 def graph_mode_of_stats(stats) -> str | None:

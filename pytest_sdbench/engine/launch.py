@@ -15,7 +15,6 @@ import dataclasses
 import gc
 import os
 import random
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -291,13 +290,6 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def engine_threads() -> list[str]:
-    """Names of this process's live non-daemon threads besides the main one (after a
-    shutdown: none of the engine's may remain)."""
-    return sorted(t.name for t in threading.enumerate()
-                  if t is not threading.main_thread() and not t.daemon)
 
 
 def start_engine(spec: EngineSpec):

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire.identity import ExecutionIdentity, KVCapacity
+from . import compat
 from .launch import EngineSurface, ServingProbe, stall_seconds
 from .spec import EngineSpec
 
@@ -145,7 +146,8 @@ class TensorParallelEngine(EngineSurface):
         master_port = _free_port()
         procs, logs = [], []
         for rank in range(n):
-            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
+            env = {**compat.TENSOR_PARALLEL_ENV, **os.environ,
+                   "RANK": str(rank), "LOCAL_RANK": str(rank),
                    "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n),
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
                    RANK_SERVER_ENV: f"{host}:{port}", AUTHKEY_ENV: authkey.hex(),
