@@ -180,7 +180,7 @@ def cmd_collect(args) -> int:
 def _collect_one(spec, args, out: str):
     """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
     from .engine import start_engine
-    from .engine.launch import describe_failure
+    from .engine.surface import describe_failure
     from .points import GridError, read_grid_source
     from .session import (
         ArtifactNotWritten,

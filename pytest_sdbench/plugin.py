@@ -221,7 +221,7 @@ def _revive_engine(item) -> None:
     try:
         engine.restart()
     except Exception as exc:  # noqa: BLE001 (one line: the first cause and the restart's)
-        from .engine.launch import describe_failure
+        from .engine.surface import describe_failure
         pytest.fail(f"sdbench engine unusable: it failed ({cause}) and the restart failed "
                     f"too ({describe_failure(exc)})", pytrace=False)
     item.config.stash[SUMMARY]["engine"].append(

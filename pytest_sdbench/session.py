@@ -27,8 +27,8 @@ from .checkpoints import InputError, check_checkpoints, vllm_version
 from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE, engine_argument_names
-from .engine.launch import describe_failure
 from .engine.placement import CpuListError, check_cpus
+from .engine.surface import describe_failure
 from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text, out_dir_problem, private_dir
 from .host import HostMonitor

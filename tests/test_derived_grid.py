@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_sdbench.engine import PRESETS
-from pytest_sdbench.engine.launch import EngineSurface
+from pytest_sdbench.engine.surface import EngineSurface
 from pytest_sdbench.points import EngineLimits, default_grid, derived_grid
 from pytest_sdbench.points.defaults import derived_batches
 from pytest_sdbench.session import grid_for

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from pytest_sdbench.engine import ranks
-from pytest_sdbench.engine.launch import ServingProbe
+from pytest_sdbench.engine.surface import ServingProbe
 from pytest_sdbench.testing import restoration_violations
 
 BASELINE = ServingProbe(tokens=(11, 12, 13), scheduler_attrs=frozenset({"requests", "waiting"}),

@@ -15,7 +15,8 @@ import pytest
 
 from pytest_sdbench import session
 from pytest_sdbench.engine import launch, rank_server, tp
-from pytest_sdbench.engine.launch import STALL_ENV, EngineStalled, EngineUnusable, SdbenchEngine
+from pytest_sdbench.engine.launch import SdbenchEngine
+from pytest_sdbench.engine.surface import STALL_ENV, EngineStalled, EngineUnusable
 from pytest_sdbench.engine.tp import TensorParallelEngine, _Pending
 
 from .test_watchdog import _LLM, _Clock

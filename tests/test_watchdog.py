@@ -8,12 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_sdbench.engine import launch
-from pytest_sdbench.engine.launch import (
+from pytest_sdbench.engine.launch import SdbenchEngine, StepWatchdog
+from pytest_sdbench.engine.surface import (
     DEFAULT_STALL_SECONDS,
     STALL_ENV,
     EngineStalled,
-    SdbenchEngine,
-    StepWatchdog,
     stall_seconds,
 )
 

@@ -7,9 +7,10 @@ from ..wire.identity import (
     KVCapacity,
     ModelIdentity,
 )
-from .launch import SdbenchEngine, ServingProbe, start_engine
+from .launch import SdbenchEngine, start_engine
 from .presets import AUTO_PRESET, DEFAULT_PRESET, PRESET_FOR_DEVICE, PRESETS, materialize
 from .spec import EngineSpec
+from .surface import ServingProbe
 
 __all__ = [
     "AUTO_PRESET",

@@ -36,8 +36,8 @@ from typing import Any
 
 from ..wire.identity import ExecutionIdentity, KVCapacity
 from . import compat
-from .launch import EngineSurface, ServingProbe, stall_seconds
 from .spec import EngineSpec
+from .surface import EngineSurface, ServingProbe, stall_seconds
 
 # Set in a rank process: where the proxy listens (host:port); its key in AUTHKEY_ENV.
 RANK_SERVER_ENV, AUTHKEY_ENV = "SDBENCH_RANK_SERVER", "SDBENCH_RANK_AUTHKEY"

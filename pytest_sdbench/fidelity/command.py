@@ -137,7 +137,7 @@ def _report(folder: Path, args, modes) -> int:
 
 def _measure(profile: Path, args, modes) -> int:
     from ..engine import start_engine
-    from ..engine.launch import describe_failure
+    from ..engine.surface import describe_failure
     from ..session import InputError, check_vllm_installed, engine_spec, out_dir_problem
     from ..vram import cuda_available
     from .match import EngineMismatch, ProfileUnusable, check_device, read_profile, spec_choices

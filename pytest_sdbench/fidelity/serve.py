@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from dataclasses import asdict
 
 from ..engine import compat
-from ..engine.launch import StepWatchdog, stall_seconds
+from ..engine.launch import StepWatchdog
+from ..engine.surface import stall_seconds
 from ..host import HostMonitor
 from ..observer import NativeObserver, TimingMissing, timer_for
 from ..wire.contract import BOOKING_MEASURED, CUDAGRAPH_NONE, GRAPH_EAGER, PHASE_IDLE
