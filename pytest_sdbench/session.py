@@ -28,6 +28,7 @@ from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
 from .engine.compat import BLOCK_SIZE, engine_argument_names
 from .engine.placement import CpuListError, check_cpus
+from .engine.restoration import restoration_violations
 from .engine.surface import describe_failure
 from .engine.tp import TensorParallelEngine
 from .files import atomic_write_text, out_dir_problem, private_dir
@@ -36,7 +37,6 @@ from .options import repeat_plan, spelled, user_engine_args
 from .options import user_engine_args as engine_args_of
 from .points import Grid, GridError, default_grid, derived_grid, read_grid_source
 from .points.consumer import NATIVE_GRID, consumer_grid, is_derived
-from .testing import restoration_violations
 from .vram import cuda_available
 from .wire import typed
 from .wire.contract import (

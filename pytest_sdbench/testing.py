@@ -7,7 +7,8 @@ violations (empty: fine).
   the point's shape;
 - restoration_violations(engine): after a benchmark the engine holds the attributes it held
   right after start-up (scheduler, worker and the CUDA-graph dispatcher) and serves an
-  ordinary request as it did then. Every collection runs it after the observer's detach.
+  ordinary request as it did then. Every collection runs it after the observer's detach
+  (its home is engine/restoration.py; this is its public name).
 
 And, to check native step times against a torch.profiler trace (another clock):
 
@@ -23,10 +24,14 @@ from contextlib import contextmanager
 from typing import Any
 from unittest.mock import patch
 
+from .engine.restoration import restoration_violations
 from .wire.contract import BOOKING_MEASURED, DEVICE_CPU, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
 from .wire.shape import decode_mismatch, prefill_mismatch
 
 STEP_RANGE_PREFIX = "sdbench_step_"
+
+__all__ = ["STEP_RANGE_PREFIX", "annotated_steps", "observation_violations",
+           "restoration_violations", "traced_step_seconds"]
 
 
 def observation_violations(artifact) -> list[str]:
@@ -53,48 +58,6 @@ def observation_violations(artifact) -> list[str]:
             if o.timing.source != SOURCE_FOR_DEVICE[artifact.device] or \
                     o.timing.scope != SCOPE_MODEL_STEP or not o.timing.seconds > 0:
                 problems.append(f"{where}: timing {o.timing}")
-    return problems
-
-
-def restoration_violations(engine) -> list[str]:
-    """After a benchmark: the engine holds what it held at start-up and serves the same.
-    Tensor parallel: every rank checks its own engine, and the ranks must serve the same
-    greedy output; each problem names its rank."""
-    ranked = getattr(engine, "rank_restoration_violations", None)
-    if ranked is not None:  # the proxy of a tensor-parallel engine: the ranks check
-        return ranked()
-    from .engine.ranks import gather_from_ranks
-    after = engine.probe()
-    by_rank = gather_from_ranks((_violations(engine, after), after.tokens))
-    if len(by_rank) == 1:
-        return by_rank[0][0]
-    problems = [f"rank {r}: {p}" for r, (found, _) in enumerate(by_rank) for p in found]
-    tokens = [t for _, t in by_rank]
-    if any(t != tokens[0] for t in tokens):
-        problems.append("the ranks served different greedy outputs: " + "; ".join(
-            f"rank {r}: {list(t)}" for r, t in enumerate(tokens)))
-    return problems
-
-
-def _violations(engine, after) -> list[str]:
-    problems = []
-    if after.scheduler_attrs != engine.baseline.scheduler_attrs:
-        problems.append(f"scheduler attributes differ: "
-                        f"{sorted(after.scheduler_attrs ^ engine.baseline.scheduler_attrs)}")
-    if after.worker_attrs != engine.baseline.worker_attrs:
-        problems.append(f"worker attributes differ: "
-                        f"{sorted(after.worker_attrs ^ engine.baseline.worker_attrs)}")
-    if after.dispatcher_attrs != engine.baseline.dispatcher_attrs:
-        problems.append(f"CUDA-graph dispatcher attributes differ: "
-                        f"{sorted(after.dispatcher_attrs ^ engine.baseline.dispatcher_attrs)}")
-    if after.synthetic_rates != engine.baseline.synthetic_rates:
-        problems.append(f"synthetic acceptance rates changed: {after.synthetic_rates} vs "
-                        f"{engine.baseline.synthetic_rates}")
-    if len(after.tokens) != len(engine.baseline.tokens):
-        problems.append(f"served {len(after.tokens)} tokens, not {len(engine.baseline.tokens)}")
-    natural = engine.baseline.synthetic_rates is None  # synthetic accepts drafts at random
-    if natural and after.tokens != engine.baseline.tokens:
-        problems.append(f"greedy output changed: {after.tokens} vs {engine.baseline.tokens}")
     return problems
 
 

@@ -80,7 +80,7 @@ def serve(conn, rank: int) -> int:
             elif command == "generate":
                 value = _generate(engine, **kwargs)
             elif command == "restoration":
-                from ..testing import restoration_violations
+                from .restoration import restoration_violations
                 value = restoration_violations(engine)
             elif command == "collect":
                 value = _collect(engine, conn, rank, **kwargs)
