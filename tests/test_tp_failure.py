@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench import session
-from pytest_sdbench.engine import launch, rank_server, tp
+from pytest_sdbench import rank_server, session
+from pytest_sdbench.engine import launch, tp
 from pytest_sdbench.engine.launch import SdbenchEngine
 from pytest_sdbench.engine.surface import STALL_ENV, EngineStalled, EngineUnusable
 from pytest_sdbench.engine.tp import TensorParallelEngine, _Pending
