@@ -170,7 +170,7 @@ def cmd_collect(args) -> int:
             return code
         runs.append(run)
     if len(runs) > 1:
-        from .session import describe_sweep_index, write_sweep_index
+        from .artifact.sweep import describe_sweep_index, write_sweep_index
         written = [(r.artifact, r.path) for r in runs]
         index = write_sweep_index(written, out)
         print(f"wrote the K-sweep index {describe_sweep_index(index, written)}")

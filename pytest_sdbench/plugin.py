@@ -445,7 +445,7 @@ def _write_sweep_indexes(config) -> None:
     the controller from every worker's runs. Where a K was collected more than once (every
     worker ran every K: --dist each), one index per worker."""
     from .artifact import validate_path
-    from .session import describe_sweep_index, write_sweep_index
+    from .artifact.sweep import describe_sweep_index, write_sweep_index
     groups: dict[str, list] = {}
     for key, k, worker, path in config.stash[SWEEP_RUNS]:
         groups.setdefault(repr(key), []).append((k, worker, path))

@@ -14,7 +14,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import jsonschema
 
 from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
-from .artifact.sweep import index_text, k_label, sweep_index, sweep_index_name
+from .artifact.sweep import k_label
 from .checkpoints import InputError, check_checkpoints, vllm_version
 from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
@@ -31,7 +31,7 @@ from .engine.placement import CpuListError, check_cpus
 from .engine.restoration import restoration_violations
 from .engine.surface import describe_failure
 from .engine.tp import TensorParallelEngine
-from .files import atomic_write_text, out_dir_problem, private_dir
+from .files import out_dir_problem, private_dir
 from .host import HostMonitor
 from .options import repeat_plan, spelled, user_engine_args
 from .options import user_engine_args as engine_args_of
@@ -555,20 +555,6 @@ def _leave_partial(checkpoint: Checkpoint, exc: BaseException, notify) -> None:
     notify(line)
     if hasattr(exc, "add_note"):
         exc.add_note(line)
-
-
-def write_sweep_index(written: Sequence[tuple[Artifact, Path]], out_dir: str | Path) -> Path:
-    """The index of a K sweep's artifacts (artifact.sweep), written beside them; its name
-    says the mode and the K (sdbench-sweep-agg-k1-5-<id>.json)."""
-    index = sweep_index([(a, Path(path).name) for a, path in written])
-    name = sweep_index_name(written[0][0].mode, index["draft_depths"], uuid.uuid4().hex[:12])
-    return atomic_write_text(Path(out_dir) / name, index_text(index))
-
-
-def describe_sweep_index(path: Path, written: Sequence[tuple[Artifact, Path]]) -> str:
-    depths = sorted(a.speculative.draft_depth for a, _ in written)
-    return (f"{path} (K-sweep index of {len(written)} artifacts, "
-            f"K={','.join(map(str, depths))}, mode {written[0][0].mode})")
 
 
 def describe(run: CollectionRun) -> str:

@@ -300,7 +300,7 @@ SWEEP = {1: "sdbench-agg-8b571b189cc2.json", 2: "sdbench-agg-ca360243fd62.json"}
 def sweep(tmp_path):
     """The H200 production sweep's K=1 and K=2 artifacts, and an index of them beside them
     (written as `sdbench collect --k 1-2` writes it)."""
-    from pytest_sdbench.session import write_sweep_index
+    from pytest_sdbench.artifact.sweep import write_sweep_index
     written = []
     for name in SWEEP.values():
         shutil.copy(PRODUCTION / name, tmp_path / name)

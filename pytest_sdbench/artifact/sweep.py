@@ -6,10 +6,12 @@ describes) and `sdbench show`; docs/artifact.md describes its fields."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
+from ..files import atomic_write_text
 from ..points.sweep import SharedGrid, shared_grid, with_depth
 from ..wire import typed
 from ..wire.contract import SWEEP_INDEX_KIND
@@ -68,6 +70,20 @@ class IndexReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+def write_sweep_index(written: Sequence[tuple[Artifact, Path]], out_dir: str | Path) -> Path:
+    """The index of a K sweep's artifacts, written beside them; its name
+    says the mode and the K (sdbench-sweep-agg-k1-5-<id>.json)."""
+    index = sweep_index([(a, Path(path).name) for a, path in written])
+    name = sweep_index_name(written[0][0].mode, index["draft_depths"], uuid.uuid4().hex[:12])
+    return atomic_write_text(Path(out_dir) / name, index_text(index))
+
+
+def describe_sweep_index(path: Path, written: Sequence[tuple[Artifact, Path]]) -> str:
+    depths = sorted(a.speculative.draft_depth for a, _ in written)
+    return (f"{path} (K-sweep index of {len(written)} artifacts, "
+            f"K={','.join(map(str, depths))}, mode {written[0][0].mode})")
 
 
 def validate_index(data: dict, folder: str | Path,
