@@ -24,13 +24,9 @@ from .engine.checkpoint import (
     snapshot_commit,
     weight_files,
 )
+from .options import InputError
 
 Spell = Callable[[str], str]   # option name -> as the user spells it (--model, --sdbench-model)
-
-
-class InputError(ValueError):
-    """User input that no engine could run, found before one starts; one line, naming the
-    option as the user spells it."""
 
 
 def check_checkpoints(model: str, draft: str, opt: Spell, load_format: str | None = None,
@@ -156,7 +152,7 @@ def _check_registry(model: str, target: dict, draft: str, head: dict, opt: Spell
     or end with Eagle3 stay)."""
     supported = vllm_architectures()
     if supported is None:
-        return  # no vLLM here: session.check_vllm_installed says so where an engine is needed
+        return  # no vLLM here: inputs.check_vllm_installed says so where an engine is needed
     bad = [a for a in target["architectures"] if a not in supported]
     if bad:
         raise InputError(f"{opt('model')}: architecture {bad[0]!r} in {model}/config.json is "

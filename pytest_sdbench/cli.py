@@ -140,8 +140,10 @@ def cmd_collect(args) -> int:
     # VLLM_LOGGING_LEVEL to see them).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
+    from .engine.spec import engine_spec
     from .host import registry_dir
-    from .session import InputError, check_inputs, check_vllm_installed, engine_spec
+    from .inputs import check_inputs, check_vllm_installed
+    from .options import InputError
     out = args.artifact_dir or DEFAULT_ARTIFACT_DIR
     note = k_window_note(args.k, cli=True)
     if note:
@@ -157,7 +159,7 @@ def cmd_collect(args) -> int:
                              user_engine_args=user_engine_args(vars(args)),
                              target_revision=args.target_revision,
                              draft_revision=args.draft_revision,
-                             tensor_parallel_size=args.tp, cpus=args.cpus, cli=True)
+                             tensor_parallel_size=args.tp, cpus=args.cpus)
                  for k in args.k]
     except (InputError, ValueError) as exc:
         _err(f"sdbench collect: {exc}")

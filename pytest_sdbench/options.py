@@ -5,7 +5,7 @@ collect`` (the only spellings: tests/test_options.py compares the two parsers). 
 (``--out`` for ``--artifact-dir``) is a second spelling of the same option, never another.
 
 Values are parsed here (types that raise argparse.ArgumentTypeError name the option as the
-user spelled it); checks that need more than one option live in session.engine_spec.
+user spelled it); checks that need more than one option live in inputs.py.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
 # Where artifacts go when --sdbench-artifact-dir / --artifact-dir is not given: under pytest's
 # rootdir (plugin.artifact_dir), or the current folder for `sdbench collect`.
 DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
+
+
+class InputError(ValueError):
+    """User input that no engine could run, found before one starts (inputs.py,
+    checkpoints.py); one line, naming the option as the user spells it."""
 
 
 def draft_depths(text: str) -> tuple[int, ...]:

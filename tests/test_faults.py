@@ -24,7 +24,8 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.session import InputError, check_inputs
+from pytest_sdbench.inputs import check_inputs
+from pytest_sdbench.options import InputError
 
 SUBPROCESS_TIMEOUT = 600
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -242,12 +243,15 @@ def test_a_misspelt_engine_argument_is_refused_with_the_name_it_resembles():
                   "engine_config": {"block_size": 32, "seed": 1}}, cli=True)
 
 
-def test_an_engine_spec_with_cuda_graphs_needs_cuda(monkeypatch):
-    """engine_spec checks it too (the benchmark builds specs without check_inputs)."""
-    from pytest_sdbench import session
-    monkeypatch.setattr(session, "cuda_available", lambda: False)
-    with pytest.raises(InputError, match=r"^--cuda-graphs: CUDA graphs are captured on a "):
-        session.engine_spec(preset="tiny", cuda_graphs=True, cli=True)
+def test_the_benchmark_checks_its_options_before_an_engine_starts(monkeypatch, capsys):
+    """The benchmark takes the collect options, and checks them as `sdbench collect` does."""
+    from benchmarks.sdbench_bench.__main__ import main as bench_main
+    from pytest_sdbench import inputs
+    monkeypatch.setattr(inputs, "cuda_available", lambda: False)
+    with pytest.raises(SystemExit) as exited:
+        bench_main(["overhead", "--preset", "tiny", "--cuda-graphs"])
+    assert exited.value.code == 2
+    assert "error: --cuda-graphs: CUDA graphs are captured on a " in capsys.readouterr().err
 
 
 def test_cli_names_a_k_outside_the_window_and_still_checks_the_rest(tmp_path, capsys):
@@ -530,7 +534,6 @@ FULL_DISK = """
 import errno, sys
 from pytest_sdbench import session
 from pytest_sdbench.cli import main
-from pytest_sdbench.session import InputError, check_inputs
 
 real = session.write_artifact
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sdbench.engine import compat
-from pytest_sdbench.session import MODEL_ROOT_ENV, model_root
+from pytest_sdbench.engine.spec import MODEL_ROOT_ENV, model_root
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 WITH_CPU_ENV = CHECKOUT / "scripts" / "with-cpu-env"

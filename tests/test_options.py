@@ -16,8 +16,8 @@ import pytest
 from pytest_sdbench import cli, plugin
 from pytest_sdbench.engine import PRESETS, EngineSpec
 from pytest_sdbench.engine.compat import engine_argument_names
+from pytest_sdbench.engine.spec import MODEL_ROOT_ENV, engine_spec
 from pytest_sdbench.options import CLI_PREFIX, PYTEST_PREFIX, user_engine_args
-from pytest_sdbench.session import MODEL_ROOT_ENV, engine_spec
 
 
 class _Recorder:

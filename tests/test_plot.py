@@ -250,9 +250,9 @@ def test_sdbench_plots_without_matplotlib_is_a_usage_error(pytester, monkeypatch
 
 def test_collect_plots_without_matplotlib_is_refused_before_an_engine(tmp_path, capsys,
                                                                       monkeypatch):
-    from pytest_sdbench import session
+    from pytest_sdbench import inputs
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    monkeypatch.setattr(session, "check_vllm_installed", lambda: None)
+    monkeypatch.setattr(inputs, "check_vllm_installed", lambda: None)
     assert main(["collect", "--plots", "--out", str(tmp_path / "out")]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("sdbench collect: --plots: drawing needs matplotlib")

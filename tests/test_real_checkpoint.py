@@ -17,7 +17,8 @@ from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
 from pytest_sdbench.engine.checkpoint import safetensors_shapes
 from pytest_sdbench.engine.presets import PRESETS
-from pytest_sdbench.session import InputError, check_inputs
+from pytest_sdbench.inputs import check_inputs
+from pytest_sdbench.options import InputError
 
 from .checkpoints import DRAFT_VOCAB, write_draft
 

@@ -69,17 +69,19 @@ def parser() -> argparse.ArgumentParser:
 
 
 def bench_from(args, p: argparse.ArgumentParser) -> Bench:
-    from pytest_sdbench.session import engine_spec
+    from pytest_sdbench.engine.spec import engine_spec
+    from pytest_sdbench.inputs import check_inputs
     if len(args.k) != 1:
         p.error(f"--k: the benchmark runs one draft depth, got {list(args.k)}")
     try:
+        check_inputs(vars(args), cli=True)
         spec = engine_spec(preset=args.preset, model=args.model, draft=args.draft,
                            draft_depth=args.k[0], cuda_graphs=args.cuda_graphs,
                            acceptance_length=args.acceptance_length,
                            vllm_defaults=args.vllm_defaults,
                            user_engine_args=user_engine_args(vars(args)),
                            target_revision=args.target_revision,
-                           draft_revision=args.draft_revision, cli=True)
+                           draft_revision=args.draft_revision)
     except ValueError as exc:
         p.error(str(exc))
     return Bench(spec=spec, rounds=args.rounds, mode=args.mode, grid=args.grid,

@@ -7,7 +7,7 @@ import gc
 import threading
 from dataclasses import dataclass, field
 
-from pytest_sdbench.session import GRAPH_BATCHES
+from pytest_sdbench.engine.spec import GRAPH_BATCHES
 
 from .goals import Table
 

@@ -1,4 +1,6 @@
-"""What engine to start: the user's choices, validated, before vLLM is imported.
+"""What engine to start: the user's choices, validated, before vLLM is imported, and the
+spec built from them (engine_spec: a preset written into the model folder, model_root, or
+the user's own checkpoints).
 
 A field left None is not passed to vLLM, so vLLM's own default for the device applies.
 The oracle presets set small limits of their own (presets.Preset.engine_limits) so that
@@ -7,9 +9,15 @@ the oracle fits a small VRAM mark; `vllm_defaults` drops them. The user's engine
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from ..files import private_dir
+from ..vram import cuda_available
 from ..wire.contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC, DEFAULT_DRAFT_DEPTH
+from .compat import BLOCK_SIZE
+from .presets import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, materialize
 
 
 @dataclass(frozen=True)
@@ -58,3 +66,60 @@ class EngineSpec:
         if al is not None and not 1.0 <= al <= self.draft_depth + 1:
             raise ValueError(f"synthetic_acceptance_length: must lie in [1, "
                              f"{self.draft_depth + 1}], got {al}")
+
+
+MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
+
+
+def model_root() -> Path:
+    """Where presets are written: $SDBENCH_MODEL_ROOT, else a cache folder of this user's
+    own ($XDG_CACHE_HOME or ~/.cache, then pytest-sdbench/models), private (0700): a shared,
+    predictable temp folder would let another user plant the config an engine loads."""
+    chosen = os.environ.get(MODEL_ROOT_ENV)
+    if chosen:
+        return Path(chosen)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return private_dir(cache / "pytest-sdbench", MODEL_ROOT_ENV) / "models"
+
+
+# CUDA graphs: batches 1, 2 and 4 of uniform decode steps (1 + K tokens each) are captured.
+GRAPH_BATCHES = (1, 2, 4)
+
+
+def resolve_preset(preset: str | None) -> str:
+    if preset in (None, AUTO_PRESET):
+        return PRESET_FOR_DEVICE["cuda" if cuda_available() else "cpu"]
+    return preset
+
+
+def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
+                draft: str | None = None, draft_depth: int = DEFAULT_DRAFT_DEPTH,
+                cuda_graphs: bool = False, acceptance_length: float | None = None,
+                vllm_defaults: bool = False, user_engine_args: dict | None = None,
+                target_revision: str | None = None, draft_revision: str | None = None,
+                **settings) -> EngineSpec:
+    """A spec from a preset name ('auto': by device), or from the user's own target and
+    draft directories. A preset runs under its oracle limits (small KV cache, batch and
+    length caps, eager unless cuda_graphs) unless vllm_defaults; a user's checkpoint runs
+    with vLLM's defaults. The user's engine arguments apply over either. The choices are
+    checked before (inputs.check_inputs, or inputs.check_engine_choices): a model and its
+    draft go together."""
+    device = "cuda" if cuda_available() else "cpu"
+    if model is not None and draft is not None:  # both or neither (checked before)
+        target, draft_path, preset = str(model), str(draft), None
+    else:
+        preset = resolve_preset(preset)
+        target_dir, draft_dir = materialize(preset, model_root())
+        target, draft_path = str(target_dir), str(draft_dir)
+        settings = {"load_format": "dummy", **settings}
+        if not vllm_defaults:
+            graphs = dict(enforce_eager=False, cudagraph_capture_sizes=tuple(
+                (draft_depth + 1) * b for b in GRAPH_BATCHES)) if cuda_graphs \
+                else dict(enforce_eager=True)
+            settings = {**dict(PRESETS[preset].engine_limits),
+                        "block_size": BLOCK_SIZE[device], **graphs, **settings}
+    return EngineSpec(target=target, draft=draft_path, preset=preset, draft_depth=draft_depth,
+                      synthetic_acceptance_length=acceptance_length,
+                      oracle_limits=preset is not None and not vllm_defaults,
+                      target_revision=target_revision, draft_revision=draft_revision,
+                      user_engine_args=dict(user_engine_args or {}), **settings)

@@ -137,8 +137,11 @@ def _report(folder: Path, args, modes) -> int:
 
 def _measure(profile: Path, args, modes) -> int:
     from ..engine import start_engine
+    from ..engine.spec import engine_spec
     from ..engine.surface import describe_failure
-    from ..session import InputError, check_vllm_installed, engine_spec, out_dir_problem
+    from ..files import out_dir_problem
+    from ..inputs import check_spec_choices, check_vllm_installed
+    from ..options import InputError
     from ..vram import cuda_available
     from .match import EngineMismatch, ProfileUnusable, check_device, read_profile, spec_choices
     from .report import folder_beside
@@ -153,7 +156,9 @@ def _measure(profile: Path, args, modes) -> int:
         problem = out_dir_problem(folder)
         if problem:
             raise InputError(f"--out: {problem}")
-        spec = engine_spec(**spec_choices(artifact, args.model, args.draft), cli=True)
+        choices = spec_choices(artifact, args.model, args.draft)
+        check_spec_choices(choices, cli=True)
+        spec = engine_spec(**choices)
     except (InputError, ProfileUnusable, WorkloadError, ValueError) as exc:
         _err(f"sdbench fidelity: {exc}")
         return EXIT_UNUSABLE

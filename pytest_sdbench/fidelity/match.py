@@ -1,8 +1,8 @@
 """An engine configured exactly as the profile's: its spec rebuilt from the artifact, and the
 started engine's identity and settings checked against the artifact's, field by field.
 
-The spec is rebuilt through the collector's own spec builder (session.engine_spec) from the
-choices that made the artifact: the preset its configs' digests name (or the user's
+The spec is rebuilt through the collector's own spec builder (engine.spec.engine_spec) from
+the choices that made the artifact: the preset its configs' digests name (or the user's
 checkpoints), K, the synthetic acceptance length, the engine arguments the user gave (the
 artifact keeps them, identity.settings.user_engine_args), and whether the preset ran under
 its oracle limits (read back from the effective settings). Passing every effective setting
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..artifact import UnusableArtifact, validate_path
 from ..engine.presets import PRESETS, config_texts
+from ..engine.spec import GRAPH_BATCHES
 from ..wire.contract import DEVICE_CUDA
 from ..wire.identity import ExecutionIdentity, IdentityField, ModelIdentity
 from ..wire.model import Artifact
@@ -103,7 +104,6 @@ def ran_under_oracle_limits(artifact: Artifact, preset: str) -> bool:
     """Whether the preset ran under its oracle limits: each limit holds in the effective
     settings (or the user's own engine argument set that setting), and the engine ran
     eager or captured the oracle's graphs only (vLLM's defaults capture many sizes)."""
-    from ..session import GRAPH_BATCHES
     settings, given = artifact.identity.settings, artifact.identity.settings.user_engine_args
     oracle_graphs = tuple(sorted((artifact.speculative.draft_depth + 1) * b
                                  for b in GRAPH_BATCHES))
@@ -115,7 +115,7 @@ def ran_under_oracle_limits(artifact: Artifact, preset: str) -> bool:
 
 def spec_choices(artifact: Artifact, model: str | None = None,
                  draft: str | None = None) -> dict:
-    """The keyword arguments of session.engine_spec that made the artifact's engine."""
+    """The keyword arguments of engine.spec.engine_spec that made the artifact's engine."""
     ident, spec = artifact.identity, artifact.speculative
     choices: dict = dict(draft_depth=spec.draft_depth,
                          acceptance_length=spec.synthetic_acceptance_length,

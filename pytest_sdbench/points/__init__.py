@@ -1,6 +1,7 @@
 """The sweep: the default grids derived from an engine, and grid manifests read from files.
 The point types and their rules live in the wire format (wire.points)."""
 
+from ..wire.contract import PHASES_BY_MODE
 from ..wire.points import (
     DecodePoint,
     EngineLimits,
@@ -27,5 +28,14 @@ def read_grid_source(source: str, draft_depth: int, acceptance_length: float | N
     return load_grid(source)
 
 
-__all__ = ["DecodePoint", "EngineLimits", "Grid", "GridError", "PrefillPoint", "default_grid",
-           "derived_grid", "grid_digest", "load_grid", "parse_grid", "read_grid_source"]
+def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
+    """A grid with no point of the mode's phases would make a 0/0 'complete' artifact."""
+    phases = PHASES_BY_MODE.get(mode or "agg", PHASES_BY_MODE["agg"])
+    if not len(grid.only(phases)):
+        raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
+                        f"{mode or 'agg'} has nothing to measure")
+
+
+__all__ = ["DecodePoint", "EngineLimits", "Grid", "GridError", "PrefillPoint",
+           "check_grid_for_mode", "default_grid", "derived_grid", "grid_digest", "load_grid",
+           "parse_grid", "read_grid_source"]

