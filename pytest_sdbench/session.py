@@ -140,7 +140,7 @@ class Checkpoint:
         self.written = False
         self.error: OSError | None = None
         self._last_write = -math.inf
-        self._rounds_seen = -1
+        self._rounds_ended = 0   # rounds ended at the last write: a round's end writes
 
     def artifact(self, cause: str) -> Artifact:
         result = self.result
@@ -179,10 +179,10 @@ class Checkpoint:
     def on_point(self, result: CollectionResult) -> None:
         self.result = result
         now = time.monotonic()
-        if now - self._last_write < CHECKPOINT_SECONDS and len(result.rounds) == \
-                self._rounds_seen:
+        ended = sum(r.canary_after is not None for r in result.rounds)
+        if now - self._last_write < CHECKPOINT_SECONDS and ended == self._rounds_ended:
             return
-        self._last_write, self._rounds_seen = now, len(result.rounds)
+        self._last_write, self._rounds_ended = now, ended
         self.write("the collection was still running when this checkpoint was written")
 
     def remove(self) -> None:

@@ -382,6 +382,9 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
     pytester.makepyfile(test_faulty=FAULT_TESTS)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--sdbench-grid={_grid(tmp_path)}",
+        # back to back: the third point fails after the first two were measured in full
+        # (in rounds every point's warm-up comes first, so nothing would be measured yet)
+        "--sdbench-repeat-order=back_to_back",
         "--sdbench-artifact-dir=out", timeout=SUBPROCESS_TIMEOUT)
     result.assert_outcomes(passed=2, failed=2, errors=1)
     # the hanging step was cut short by pytest-timeout (Failed), never slept out
@@ -498,7 +501,8 @@ def test_ctrl_c_mid_collection_leaves_a_partial_artifact(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-c", STALL_IN_THE_THIRD_POINT, "collect", "--mode", "decode",
-         "--grid", _grid(tmp_path, batches=(1, 2, 4)), "--repeats", "40", "--out", str(out)],
+         "--grid", _grid(tmp_path, batches=(1, 2, 4)), "--repeats", "40",
+         "--repeat-order", "back_to_back", "--out", str(out)],
         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     lines = _Lines(proc.stderr)
     try:

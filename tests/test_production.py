@@ -15,7 +15,9 @@ from pytest_sdbench.points import parse_grid
 from pytest_sdbench.points.sweep import SharedGrid, with_depth, without_depth
 from pytest_sdbench.testing import observation_violations
 from pytest_sdbench.wire import typed
+from pytest_sdbench.wire.contract import STOP_FIXED
 from pytest_sdbench.wire.model import summarize
+from pytest_sdbench.wire.rounds import point_canary_spread
 
 
 @pytest.mark.sdbench_engine
@@ -54,7 +56,9 @@ def test_repeats_are_observations_of_their_own_with_a_recomputable_summary(sdben
         assert len({o.native_iteration_id for o in observations}) == 3
         (summary,) = [s for s in a.summaries if s.phase == phase]
         seconds = [o.timing.seconds for o in observations]
-        assert summary == summarize(phase, 0, seconds)
+        spread = point_canary_spread(a.rounds, [o.round for o in observations])
+        assert summary == summarize(phase, 0, seconds, STOP_FIXED, spread)
+        assert [o.round for o in observations] == [0, 1, 2]   # one sample a round
         assert summary.median_seconds == statistics.median(seconds)
         assert all(o.warmup_passes >= a.measurement_policy.warmup.min_passes
                    for o in observations)

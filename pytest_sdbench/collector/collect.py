@@ -462,6 +462,12 @@ class Collector:
         self._tick()
         self.on_point(result)
 
+    def _end_round(self, position: int) -> None:
+        """The round's closing canary reading, then on_point (a checkpoint at every round's
+        end: the last one holds every sample)."""
+        self._result.end_round(position, self._canary())
+        self.on_point(self._result)
+
     def _canary(self):
         return measure_canary(self.engine.device)
 
@@ -483,7 +489,7 @@ class Collector:
                 self._fail(ref, exc)
                 self._tick()
                 self.on_point(self._result)
-        self._result.end_round(current, self._canary())
+        self._end_round(current)
 
     def _collect_rounds(self, points: dict) -> None:
         """Every point warmed up (grid order), then rounds: each round measures its points
@@ -520,7 +526,7 @@ class Collector:
                     del states[ref]
                     self._tick()
                     self.on_point(self._result)
-            self._result.end_round(current, self._canary())
+            self._end_round(current)
             index += 1
 
 
