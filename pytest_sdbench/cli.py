@@ -28,7 +28,6 @@ from .options import (
     add_cli_options,
     k_window_note,
     repeat_plan,
-    user_engine_args,
 )
 from .wire.contract import (
     K_WINDOW,
@@ -140,9 +139,8 @@ def cmd_collect(args) -> int:
     # VLLM_LOGGING_LEVEL to see them).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    from .engine.spec import engine_spec
     from .host import registry_dir
-    from .inputs import check_inputs, check_vllm_installed
+    from .inputs import check_inputs, check_vllm_installed, spec_from_options
     from .options import InputError
     out = args.artifact_dir or DEFAULT_ARTIFACT_DIR
     note = k_window_note(args.k, cli=True)
@@ -152,14 +150,7 @@ def cmd_collect(args) -> int:
         check_vllm_installed()
         check_inputs(vars(args), cli=True, out_dir=out)
         registry_dir()   # another user's registry folder is refused (a ValueError)
-        specs = [engine_spec(preset=args.preset, model=args.model, draft=args.draft,
-                             draft_depth=k, cuda_graphs=args.cuda_graphs,
-                             acceptance_length=args.acceptance_length,
-                             vllm_defaults=args.vllm_defaults,
-                             user_engine_args=user_engine_args(vars(args)),
-                             target_revision=args.target_revision,
-                             draft_revision=args.draft_revision,
-                             tensor_parallel_size=args.tp, cpus=args.cpus)
+        specs = [spec_from_options(vars(args), k)
                  for k in args.k]
     except (InputError, ValueError) as exc:
         _err(f"sdbench collect: {exc}")

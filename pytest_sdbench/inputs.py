@@ -17,7 +17,7 @@ from .checkpoints import check_checkpoints, vllm_version
 from .engine.compat import BLOCK_SIZE, engine_argument_names
 from .engine.placement import CpuListError, check_cpus
 from .engine.presets import PRESETS
-from .engine.spec import resolve_preset
+from .engine.spec import EngineSpec, engine_spec, resolve_preset
 from .files import out_dir_problem
 from .options import InputError, repeat_plan, spelled, user_engine_args
 from .points import Grid, GridError, check_grid_for_mode, read_grid_source
@@ -205,6 +205,18 @@ def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, op
                                  f"{d.acceptance_length}, so {opt('acceptance-length')} must "
                                  f"be {'given' if al is None else 'left out'}")
     return grid
+
+
+def spec_from_options(values: dict, draft_depth: int) -> EngineSpec:
+    """The engine spec from the option table's values (by dest), for one K: the one builder
+    the plugin and `sdbench collect` use. ValueError names what the spec refuses."""
+    return engine_spec(
+        preset=values["preset"], model=values["model"], draft=values["draft"],
+        draft_depth=draft_depth, cuda_graphs=values["cuda_graphs"],
+        acceptance_length=values["acceptance_length"], vllm_defaults=values["vllm_defaults"],
+        user_engine_args=user_engine_args(values), target_revision=values["target_revision"],
+        draft_revision=values["draft_revision"], tensor_parallel_size=values["tp"],
+        cpus=values["cpus"])
 
 
 def check_vllm_installed() -> None:

@@ -36,7 +36,6 @@ from .options import (
     add_pytest_options,
     k_window_note,
     repeat_plan,
-    user_engine_args,
 )
 
 # The run's sdbench summary, by section; xdist workers hand theirs to the controller under
@@ -109,6 +108,11 @@ def _assign_gpu(config) -> None:
         os.environ[CUDA_VISIBLE_ENV] = device
 
 
+def _option_values(config) -> dict:
+    """The option table's values, by dest (as `sdbench collect` has them in its args)."""
+    return {option.dest: config.getoption(f"sdbench_{option.dest}") for option in OPTIONS}
+
+
 def _check_inputs(config) -> None:
     """The options, checked before any engine starts: one usage error (exit 4), not an
     error per test after an engine start. The default artifact folder is no option the user
@@ -116,7 +120,7 @@ def _check_inputs(config) -> None:
     from .files import out_dir_problem
     from .inputs import check_inputs
     from .options import InputError
-    values = {option.dest: config.getoption(f"sdbench_{option.dest}") for option in OPTIONS}
+    values = _option_values(config)
     chosen = config.getoption("sdbench_artifact_dir")
     try:
         check_inputs(values, cli=False, out_dir=artifact_dir(config) if chosen else None)
@@ -287,19 +291,9 @@ def sdbench_k(request) -> int:
 @pytest.fixture(scope="session")
 def sdbench_engine_spec(pytestconfig, sdbench_k):
     """The EngineSpec built from the --sdbench-* options for this K (not started)."""
-    from .engine.spec import engine_spec
-    opt = pytestconfig.getoption
+    from .inputs import spec_from_options
     try:
-        return engine_spec(
-            preset=opt("sdbench_preset"), model=opt("sdbench_model"), draft=opt("sdbench_draft"),
-            draft_depth=sdbench_k, cuda_graphs=opt("sdbench_cuda_graphs"),
-            acceptance_length=opt("sdbench_acceptance_length"),
-            vllm_defaults=opt("sdbench_vllm_defaults"),
-            user_engine_args=user_engine_args({"engine_config": opt("sdbench_engine_config"),
-                                               "engine_arg": opt("sdbench_engine_arg")}),
-            target_revision=opt("sdbench_target_revision"),
-            draft_revision=opt("sdbench_draft_revision"),
-            tensor_parallel_size=opt("sdbench_tp"), cpus=opt("sdbench_cpus"))
+        return spec_from_options(_option_values(pytestconfig), sdbench_k)
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
 
@@ -348,9 +342,7 @@ def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid):
     atomically (.artifact, .path, .result). repeats: a number of rounds, or a RepeatPlan
     (pytest_sdbench.wire.rounds); default: the --sdbench-repeats options."""
     from .session import collect_to_artifact, describe
-    values = {option.dest: pytestconfig.getoption(f"sdbench_{option.dest}")
-              for option in OPTIONS}
-    options_plan = repeat_plan(values, cli=False)   # checked at configure
+    options_plan = repeat_plan(_option_values(pytestconfig), cli=False)   # checked at configure
 
     def collect(mode: str | None = None, grid=None, decode_tokens: int | None = None,
                 repeats=None):
