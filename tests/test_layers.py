@@ -98,3 +98,61 @@ def test_sdbench_validate_runs_without_vllm(tmp_path):
         assert result.returncode == code, result.stdout + result.stderr
         assert result.stdout.startswith(verdict), result.stdout
         assert not result.stderr, result.stderr
+
+
+# ---- the package's floors: what engine/ may import, no circles, no oversized module ------
+ABOVE_THE_ENGINE = ("session", "collector", "testing", "plugin", "cli", "rank_server",
+                    "inputs", "fidelity", "export", "compare")
+LONGEST_MODULE = 600   # lines: a module past it is split along its sections
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_imports(path: Path) -> set[str]:
+    """The package's modules a file imports (functions included), as dotted names: an
+    import of a package names its __init__, `from X import name` names X.name when that is a
+    module of the package."""
+    here = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        here = here[:-1]
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                     for alias in node.names]
+        else:
+            continue
+        found.update(n for n in names if n in modules)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    return {_module_name(p): _package_imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_engine_imports_nothing_above_it():
+    above = tuple(f"pytest_sdbench.{name}" for name in ABOVE_THE_ENGINE)
+    graph = _import_graph()
+    wrong = sorted(f"{module} imports {target}" for module, targets in graph.items()
+                   if module.startswith("pytest_sdbench.engine") for target in targets
+                   if target == above or target.startswith(above))
+    assert not wrong, "; ".join(wrong)
+
+
+def test_no_two_modules_import_each_other():
+    """A package's __init__ that re-exports its own submodules is no circle with them."""
+    graph = _import_graph()
+    pairs = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets
+                    if a != b and a in graph.get(b, ())
+                    and not (b.startswith(a + ".") or a.startswith(b + "."))})
+    assert not pairs, "; ".join(f"{a} <-> {b}" for a, b in pairs)
+
