@@ -23,7 +23,6 @@ from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import ranks
 from .engine.restoration import restoration_violations
 from .engine.surface import describe_failure
-from .engine.tp import TensorParallelEngine
 from .host import HostMonitor
 from .points import (
     Grid,
@@ -210,7 +209,7 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     A tensor-parallel engine's proxy runs this on every rank (the same collection, SPMD);
     rank 0 checkpoints, builds, checks and writes the artifact and tells `notify`, the
     other ranks return None; the proxy fails when a rank's engine does."""
-    if isinstance(engine, TensorParallelEngine):
+    if engine.collects_on_ranks:
         return engine.collect_to_artifact(mode, grid, out_dir, worker=worker, progress=progress,
                                           decode_tokens=decode_tokens, repeats=repeats,
                                           notify=notify)

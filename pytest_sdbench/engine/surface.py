@@ -67,8 +67,17 @@ class EngineSurface:
     failure: str | None
     closed: bool
 
+    # Whether session.collect_to_artifact runs here (False) or is handed, whole, to the
+    # engine's own collect_to_artifact (True: a tensor-parallel proxy runs it on every rank).
+    collects_on_ranks = False
+
     def shutdown(self) -> None:
         raise NotImplementedError
+
+    def collect_to_artifact(self, mode, grid, out_dir, worker=None, progress=None,
+                            decode_tokens=None, repeats=1, notify=None):
+        """The whole run on the engine's ranks (only where collects_on_ranks)."""
+        raise NotImplementedError(f"{type(self).__name__} collects in this process")
 
     @property
     def usable(self) -> bool:

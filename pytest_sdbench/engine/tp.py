@@ -254,6 +254,8 @@ class TensorParallelEngine(EngineSurface):
         the ranks compare their served tokens); rank 0 holds every rank's problems."""
         return self._call("restoration")[0]
 
+    collects_on_ranks = True
+
     def collect_to_artifact(self, mode, grid, out_dir, worker=None, progress=None,
                             decode_tokens=None, repeats=1, notify=None):
         """session.collect_to_artifact on every rank; rank 0 writes the artifact and returns
