@@ -9,12 +9,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hypothesis import find, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import find, settings
+from hypothesis import strategies as st
 
-from pytest_sdbench.artifact import validate_data  # noqa: E402
-from tests import forge  # noqa: E402
-from tests.test_forgeries import FORGERIES  # noqa: E402
+from pytest_sdbench.artifact import validate_data
+from tests import forge
+from tests.test_forgeries import FORGERIES
 
 
 def draw(strategy: st.SearchStrategy):
