@@ -72,7 +72,7 @@ from ..wire.contract import (
 )
 from ..wire.identity import IdentityField
 from ..wire.model import Artifact, parse_utc, summarize
-from ..wire.points import Grid, _point_errors, engine_limits, fit_errors, grid_digest
+from ..wire.points import Grid, engine_limits, fit_errors, grid_digest, point_errors
 from ..wire.records import Snapshot
 from ..wire.rounds import point_canary_spread, samples_by_point, stop_rule
 from ..wire.shape import decode_mismatch, prefill_mismatch
@@ -86,7 +86,7 @@ Err = Callable[[str], None]
 _LEGACY_VERSION = {marker: version for version, marker in LEGACY_SCHEMA_VERSIONS.items()}
 
 
-def _older_than(legacy: str | None, version: int) -> bool:
+def older_than(legacy: str | None, version: int) -> bool:
     """The artifact was written in a schema_version before `version` (then upgraded)."""
     return legacy is not None and _LEGACY_VERSION[legacy] < version
 
@@ -146,59 +146,59 @@ def validate_data(data: dict, k_window: tuple[int, int] = DEFAULT_K_WINDOW) -> R
 
 def _check(a: Artifact, report: Report) -> None:
     err, legacy = report.errors.append, report.legacy
-    _check_header(a, err, legacy)
-    _check_policy(a, err, legacy)
-    _check_speculative(a, err, legacy)
-    _check_identity(a, err, legacy)
-    _check_kv(a, err, legacy)
-    _check_grid(a, err, legacy)
-    _check_environment(a, err, report.flags, legacy)
-    _check_observations(a, err, legacy)
+    check_header(a, err, legacy)
+    check_policy(a, err, legacy)
+    check_speculative(a, err, legacy)
+    check_identity(a, err, legacy)
+    check_kv(a, err, legacy)
+    check_grid(a, err, legacy)
+    check_environment(a, err, report.flags, legacy)
+    check_observations(a, err, legacy)
     check_samples(a, err)
     check_rounds(a, err, legacy)
-    _check_summaries(a, err)
-    _check_times(a, err, legacy)
-    _check_observer_cost(a, err, report.flags)
-    _check_coverage(a, err)
+    check_summaries(a, err)
+    check_times(a, err, legacy)
+    check_observer_cost(a, err, report.flags)
+    check_coverage(a, err)
 
 
 # ---- helpers ---------------------------------------------------------------------------
 
-def _value(f: IdentityField):
+def resolved(f: IdentityField):
     """A resolved identity value, or None."""
     return f.value if f.status == IDENTITY_RESOLVED else None
 
 
-def _int_value(f: IdentityField) -> int | None:
-    v = _value(f)
+def resolved_int(f: IdentityField) -> int | None:
+    v = resolved(f)
     return v if type(v) is int else None
 
 
-def _gpu_name(name: str) -> bool:
+def is_gpu_name(name: str) -> bool:
     """A GPU's device name: it begins with one of the GPU name prefixes, as a whole word."""
     return any(name == p or name.startswith(p + " ") for p in GPU_NAME_PREFIXES)
 
 
-def _observations(a: Artifact):
+def all_observations(a: Artifact):
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         for i, obs in enumerate(getattr(a, phase)):
             yield phase, i, obs
 
 
-def _fsum(values: Sequence[float]) -> float:
+def fsum_or_inf(values: Sequence[float]) -> float:
     try:
         return math.fsum(values)
     except OverflowError:
         return math.inf
 
 
-def _real_step(seconds: float, device: str) -> bool:
+def is_real_step(seconds: float, device: str) -> bool:
     return math.isfinite(seconds) and STEP_SECONDS_MIN <= seconds <= STEP_SECONDS_MAX[device]
 
 
 # ---- header ----------------------------------------------------------------------------
 
-def _check_header(a: Artifact, err: Err, legacy) -> None:
+def check_header(a: Artifact, err: Err, legacy) -> None:
     if a.kind != ARTIFACT_KIND:
         err(f"kind: expected {ARTIFACT_KIND!r}, got {a.kind!r}")
     if not a.run_id.strip():
@@ -207,7 +207,7 @@ def _check_header(a: Artifact, err: Err, legacy) -> None:
         err(f"created_at: must be an ISO 8601 UTC timestamp (e.g. 2026-11-30T20:07:00+00:00), "
             f"got {a.created_at!r}")
     if a.started_at is None:
-        if not _older_than(legacy, 4):
+        if not older_than(legacy, 4):
             err("started_at: null; required since schema_version 4 (null only in artifacts "
                 "upgraded from schema_version 3 or older)")
     elif parse_utc(a.started_at) is None:
@@ -215,19 +215,19 @@ def _check_header(a: Artifact, err: Err, legacy) -> None:
     p, ident = a.producer, a.identity
     if p.package != PACKAGE_NAME:
         err(f"producer.package: expected {PACKAGE_NAME!r}, got {p.package!r}")
-    if p.engine != _value(ident.engine):
+    if p.engine != resolved(ident.engine):
         err(f"producer.engine: {p.engine!r} differs from identity.engine "
-            f"{_value(ident.engine)!r}")
-    if p.engine_version != _value(ident.engine_version):
+            f"{resolved(ident.engine)!r}")
+    if p.engine_version != resolved(ident.engine_version):
         err(f"producer.engine_version: {p.engine_version!r} differs from "
-            f"identity.engine_version {_value(ident.engine_version)!r}")
+            f"identity.engine_version {resolved(ident.engine_version)!r}")
     sampling = typed.encode(a.sampling)
     if sampling != GENERATION_SAMPLING:
         err(f"sampling: {sampling} differs from the generation sampling every request of "
             f"the package uses, {GENERATION_SAMPLING}")
 
 
-def _check_policy(a: Artifact, err: Err, legacy) -> None:
+def check_policy(a: Artifact, err: Err, legacy) -> None:
     phases = PHASES_BY_MODE[a.mode]
     policy = a.measurement_policy
     for phase in (PHASE_PREFILL, PHASE_DECODE):
@@ -240,7 +240,7 @@ def _check_policy(a: Artifact, err: Err, legacy) -> None:
     warmup = policy.warmup
     # Since schema v4 a point warms up until stable with the contract's passes and
     # tolerance; older artifacts warmed up once (the reader states it so).
-    old = _older_than(legacy, 4)
+    old = older_than(legacy, 4)
     want = ((WARMUP_SINGLE_PASS, 1, 1, 0.0) if old else
             (WARMUP_UNTIL_STABLE, WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE))
     names = ("rule", "min_passes", "max_passes", "tolerance")
@@ -249,7 +249,7 @@ def _check_policy(a: Artifact, err: Err, legacy) -> None:
         if got != expected or type(got) is not type(expected):
             err(f"measurement_policy.warmup.{name}: {got!r}, the "
                 f"{'legacy reader' if old else 'contract'} states {expected!r}")
-    tp = _int_value(a.identity.tensor_parallel_size)
+    tp = resolved_int(a.identity.tensor_parallel_size)
     if tp is None or tp < 1:
         err("identity.tensor_parallel_size: must be a resolved integer >= 1, got "
             f"{a.identity.tensor_parallel_size.value!r}")
@@ -265,7 +265,7 @@ def _check_policy(a: Artifact, err: Err, legacy) -> None:
 DRAFT_NAMED_BY = ("model", "architecture")
 
 
-def _check_speculative(a: Artifact, err: Err, legacy) -> None:
+def check_speculative(a: Artifact, err: Err, legacy) -> None:
     spec, ident = a.speculative, a.identity
     if legacy == V1:
         if spec.method != SPEC_METHOD_NONE or spec.draft_depth != 0:
@@ -275,8 +275,8 @@ def _check_speculative(a: Artifact, err: Err, legacy) -> None:
     if spec.method != SPEC_METHOD_EAGLE3:
         err(f"speculative.method: {spec.method!r}; only {V1} artifacts measure no "
             f"speculative decoding, every other one measures {SPEC_METHOD_EAGLE3!r}")
-    if _value(ident.method) != spec.method:
-        err(f"identity.method: {_value(ident.method)!r} differs from speculative.method "
+    if resolved(ident.method) != spec.method:
+        err(f"identity.method: {resolved(ident.method)!r} differs from speculative.method "
             f"{spec.method!r}")
     if spec.method == SPEC_METHOD_EAGLE3:
         for name in DRAFT_NAMED_BY:
@@ -287,13 +287,13 @@ def _check_speculative(a: Artifact, err: Err, legacy) -> None:
     if spec.draft_depth < 1:
         err(f"speculative.draft_depth: must be >= 1 under {SPEC_METHOD_EAGLE3}, got "
             f"{spec.draft_depth}")
-    if _value(ident.draft_depth) != spec.draft_depth or type(_value(ident.draft_depth)) \
+    if resolved(ident.draft_depth) != spec.draft_depth or type(resolved(ident.draft_depth)) \
             is not int:
         err(f"speculative.draft_depth: {spec.draft_depth} differs from identity.draft_depth "
-            f"{_value(ident.draft_depth)!r}")
+            f"{resolved(ident.draft_depth)!r}")
     control = spec.acceptance_control
-    if _value(ident.acceptance_control) != control:
-        err(f"identity.acceptance_control: {_value(ident.acceptance_control)!r} differs from "
+    if resolved(ident.acceptance_control) != control:
+        err(f"identity.acceptance_control: {resolved(ident.acceptance_control)!r} differs from "
             f"speculative.acceptance_control {control!r}")
     synthetic = control == ACCEPTANCE_SYNTHETIC
     al = spec.synthetic_acceptance_length
@@ -308,30 +308,30 @@ def _check_speculative(a: Artifact, err: Err, legacy) -> None:
             f"synthetic acceptance runs on {', '.join(DEVICES_WITH_SYNTHETIC_ACCEPTANCE)} only")
 
 
-def _check_identity(a: Artifact, err: Err, legacy) -> None:
+def check_identity(a: Artifact, err: Err, legacy) -> None:
     _check_identity_fields(a.identity, "identity", err)
     if a.integrity.identity_digest != digest(a.identity):
         err(f"integrity.identity_digest: {a.integrity.identity_digest} does not match the "
             "identity; the execution identity was altered after the engine started")
     ident, device = a.identity, a.device
-    if _value(ident.device) != device:
-        err(f"device: {device!r} differs from identity.device {_value(ident.device)!r}")
-    name = _value(ident.device_name)
+    if resolved(ident.device) != device:
+        err(f"device: {device!r} differs from identity.device {resolved(ident.device)!r}")
+    name = resolved(ident.device_name)
     if not isinstance(name, str) or not name:
         err(f"identity.device_name: must be a resolved name, got {name!r}")
-    elif _gpu_name(name) != (device == DEVICE_CUDA):
+    elif is_gpu_name(name) != (device == DEVICE_CUDA):
         err(f"identity.device_name: {name!r} on a {device!r} run; a GPU's name begins with "
             f"one of {', '.join(GPU_NAME_PREFIXES)}, a CPU's with none")
-    backend = _value(ident.attention_backend)
+    backend = resolved(ident.attention_backend)
     for other, backends in ATTENTION_BACKENDS_BY_DEVICE.items():
         if other != device and backend in backends:
             err(f"identity.attention_backend: {backend!r} is a {other} backend, on a "
                 f"{device!r} run")
-    graphs = _value(ident.cudagraph_mode)
+    graphs = resolved(ident.cudagraph_mode)
     if device == DEVICE_CPU and graphs is not None and graphs != CUDAGRAPH_NONE:
         err(f"identity.cudagraph_mode: {graphs!r} on a {device!r} run; a CPU engine captures "
             "no CUDA graphs")
-    pp = _int_value(ident.pipeline_parallel_size)
+    pp = resolved_int(ident.pipeline_parallel_size)
     if pp is None or pp < 1:
         err("identity.pipeline_parallel_size: must be a resolved integer >= 1, got "
             f"{ident.pipeline_parallel_size.value!r}")
@@ -349,29 +349,29 @@ def _check_settings(a: Artifact, err: Err) -> None:
     as in legacy artifacts, are not judged)."""
     settings, where = a.identity.settings, "identity.settings"
     for name in POSITIVE_SETTINGS:
-        value = _value(getattr(settings, name))
+        value = resolved(getattr(settings, name))
         if value is not None and (type(value) is not int or value <= 0):
             err(f"{where}.{name}: must be a positive integer, got {value!r}")
     for name in BOOLEAN_SETTINGS:
-        value = _value(getattr(settings, name))
+        value = resolved(getattr(settings, name))
         if value is not None and type(value) is not bool:
             err(f"{where}.{name}: must be a boolean, got {value!r}")
-    block = _value(settings.block_size)
+    block = resolved(settings.block_size)
     if block is not None and block != a.kv_capacity.block_size:
         err(f"{where}.block_size: {block!r} differs from kv_capacity.block_size "
             f"{a.kv_capacity.block_size}")
-    share = _value(settings.gpu_memory_utilization)
+    share = resolved(settings.gpu_memory_utilization)
     if share is not None and (type(share) not in (int, float) or not 0 < share <= 1):
         err(f"{where}.gpu_memory_utilization: must lie in (0, 1], got {share!r}")
-    sizes = _value(settings.cudagraph_capture_sizes)
+    sizes = resolved(settings.cudagraph_capture_sizes)
     if sizes is not None and (not isinstance(sizes, tuple) or any(s <= 0 for s in sizes)):
         err(f"{where}.cudagraph_capture_sizes: must be a list of positive integers, got "
             f"{sizes!r}")
     elif sizes and a.device == DEVICE_CPU:
         err(f"{where}.cudagraph_capture_sizes: {list(sizes)} on a {a.device!r} run; a CPU "
             "engine captures no CUDA graphs")
-    graphs = _value(a.identity.cudagraph_mode)
-    if _value(settings.enforce_eager) is True and graphs not in (None, CUDAGRAPH_NONE):
+    graphs = resolved(a.identity.cudagraph_mode)
+    if resolved(settings.enforce_eager) is True and graphs not in (None, CUDAGRAPH_NONE):
         err(f"identity.cudagraph_mode: {graphs!r} under {where}.enforce_eager true; an eager "
             f"engine's mode is {CUDAGRAPH_NONE!r}")
 
@@ -395,7 +395,7 @@ def _check_identity_fields(node, where: str, err: Err) -> None:
 
 # ---- KV capacity -------------------------------------------------------------------------
 
-def _check_kv(a: Artifact, err: Err, legacy) -> None:
+def check_kv(a: Artifact, err: Err, legacy) -> None:
     kv = a.kv_capacity
     if a.integrity.kv_capacity_digest != digest(kv):
         err(f"integrity.kv_capacity_digest: {a.integrity.kv_capacity_digest} does not match "
@@ -439,15 +439,15 @@ def _check_kv(a: Artifact, err: Err, legacy) -> None:
             err(f"kv_capacity.draft_layer_names: {name!r} is in no cache group")
     if len(draft) != len(kv.draft_layer_names):
         err(f"kv_capacity.draft_layer_names: lists a layer twice ({list(kv.draft_layer_names)})")
-    tp = _int_value(a.identity.tensor_parallel_size)
-    if not _older_than(legacy, 4) and tp is not None and len(kv.rank_num_blocks) != tp:
+    tp = resolved_int(a.identity.tensor_parallel_size)
+    if not older_than(legacy, 4) and tp is not None and len(kv.rank_num_blocks) != tp:
         err(f"kv_capacity.rank_num_blocks: {len(kv.rank_num_blocks)} entries for "
             f"identity.tensor_parallel_size {tp}")
     for r, blocks in enumerate(kv.rank_num_blocks):
         if blocks != kv.num_blocks:
             err(f"kv_capacity.rank_num_blocks[{r}]: {blocks} differs from "
                 f"kv_capacity.num_blocks {kv.num_blocks}")
-    per_token = _value(kv.bytes_per_token)
+    per_token = resolved(kv.bytes_per_token)
     if per_token is not None and (type(per_token) is not int or per_token <= 0):
         err(f"kv_capacity.bytes_per_token: must be a positive integer, got {per_token!r}")
 
@@ -462,7 +462,7 @@ def _kv_need(phase: str, point) -> int:
     return point.batch_size * (point.context_tokens + 1 + point.draft_depth)
 
 
-def _check_grid(a: Artifact, err: Err, legacy) -> None:
+def check_grid(a: Artifact, err: Err, legacy) -> None:
     grid = a.grid
     if a.integrity.grid_digest != grid_digest(grid):
         err(f"integrity.grid_digest: {a.integrity.grid_digest} does not match the grid "
@@ -476,7 +476,7 @@ def _check_grid(a: Artifact, err: Err, legacy) -> None:
     if legacy == V1:   # autoregressive: K = 0 is the rule there, not a broken point
         ruled = Grid(prefill=grid.prefill, decode=tuple(
             dataclasses.replace(d, draft_depth=1) for d in grid.decode))
-    for message in _point_errors(ruled):
+    for message in point_errors(ruled):
         err(f"grid.{message}")
     spec = a.speculative
     synthetic = spec.acceptance_control == ACCEPTANCE_SYNTHETIC
@@ -509,10 +509,10 @@ def _check_grid(a: Artifact, err: Err, legacy) -> None:
 
 # ---- environment -------------------------------------------------------------------------
 
-def _check_environment(a: Artifact, err: Err, flags: list[str], legacy) -> None:
+def check_environment(a: Artifact, err: Err, flags: list[str], legacy) -> None:
     env = a.environment
     if env is None:
-        if not _older_than(legacy, 4):
+        if not older_than(legacy, 4):
             err("environment: null; required since schema_version 4 (null only in artifacts "
                 "upgraded from schema_version 3 or older)")
         return
@@ -544,7 +544,7 @@ def _check_environment(a: Artifact, err: Err, flags: list[str], legacy) -> None:
 
 # ---- observations ------------------------------------------------------------------------
 
-def _check_observations(a: Artifact, err: Err, legacy) -> None:
+def check_observations(a: Artifact, err: Err, legacy) -> None:
     seen_ids: dict[int, str] = {}
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         observations, points = getattr(a, phase), getattr(a.grid, phase)
@@ -612,7 +612,7 @@ def _check_timing(a: Artifact, obs, where: str, err: Err) -> None:
     seconds = timing.seconds
     if not math.isfinite(seconds) or seconds <= 0:
         err(f"{where}.timing.seconds: must be finite and > 0, got {seconds}")
-    elif not _real_step(seconds, device):
+    elif not is_real_step(seconds, device):
         err(f"{where}.timing.seconds: {seconds} is outside [{STEP_SECONDS_MIN}, "
             f"{STEP_SECONDS_MAX[device]}] s, the bounds of a real step on {device}")
     else:
@@ -633,12 +633,12 @@ def _check_timing(a: Artifact, obs, where: str, err: Err) -> None:
             err(f"{where}.timing.rank_seconds: {list(ranks)} under step_time_rule "
                 f"{STEP_TIME_SINGLE_RANK!r}; one rank's step has no per-rank times")
         return
-    tp = _int_value(a.identity.tensor_parallel_size)
+    tp = resolved_int(a.identity.tensor_parallel_size)
     if len(ranks) != tp:
         err(f"{where}.timing.rank_seconds: {len(ranks)} entries for "
             f"identity.tensor_parallel_size {tp}")
     for r, t in enumerate(ranks):
-        if not _real_step(t, device):
+        if not is_real_step(t, device):
             err(f"{where}.timing.rank_seconds[{r}]: {t} is outside [{STEP_SECONDS_MIN}, "
                 f"{STEP_SECONDS_MAX[device]}] s, the bounds of a real step on {device}")
     if ranks and seconds != max(ranks):
@@ -651,19 +651,19 @@ def _check_provenance(a: Artifact, obs, where: str, err: Err) -> None:
     if prov.device != device:
         err(f"{where}.provenance.device: {prov.device!r} differs from the artifact's device "
             f"{device!r}")
-    if prov.device_name != _value(a.identity.device_name):
+    if prov.device_name != resolved(a.identity.device_name):
         err(f"{where}.provenance.device_name: {prov.device_name!r} differs from "
-            f"identity.device_name {_value(a.identity.device_name)!r}")
+            f"identity.device_name {resolved(a.identity.device_name)!r}")
     if prov.timer != TIMER_FOR_SOURCE[obs.timing.source]:
         err(f"{where}.provenance.timer: {prov.timer!r} is not the timer of source "
             f"{obs.timing.source!r}")
     if obs.graph_mode not in GRAPH_MODES_BY_DEVICE[device]:
         err(f"{where}.graph_mode: {obs.graph_mode!r} on a {device!r} run; a {device} step runs "
             f"{' or '.join(GRAPH_MODES_BY_DEVICE[device])}")
-    elif obs.graph_mode != GRAPH_EAGER and _value(a.identity.cudagraph_mode) == CUDAGRAPH_NONE:
+    elif obs.graph_mode != GRAPH_EAGER and resolved(a.identity.cudagraph_mode) == CUDAGRAPH_NONE:
         err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.cudagraph_mode is "
             f"{CUDAGRAPH_NONE!r} (the engine captured no graph)")
-    elif obs.graph_mode != GRAPH_EAGER and _value(a.identity.settings.enforce_eager) is True:
+    elif obs.graph_mode != GRAPH_EAGER and resolved(a.identity.settings.enforce_eager) is True:
         err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.settings.enforce_eager is "
             "true (the engine ran every step eager)")
 
@@ -735,7 +735,7 @@ def _check_prefill(obs, where: str, err: Err, legacy) -> None:
         err(f"{where}.snapshot: {mismatch}")
     prefix = obs.point.cached_prefix_tokens
     regime = obs.kv_seed_regime
-    allowed = KV_SEED_REGIMES + (("unverified",) if _older_than(legacy, 3) else ())
+    allowed = KV_SEED_REGIMES + (("unverified",) if older_than(legacy, 3) else ())
     if regime not in allowed:
         err(f"{where}.kv_seed_regime: expected one of {allowed}, got {regime!r}")
     elif (prefix == 0) != (regime == KV_SEED_NONE):
@@ -761,7 +761,7 @@ def _check_decode(obs, where: str, err: Err, legacy) -> None:
     if not 1.0 <= obs.run_acceptance_length <= k + 1:
         err(f"{where}.run_acceptance_length: {obs.run_acceptance_length} is outside "
             f"[1, K+1 = {k + 1}]")
-    if obs.run_acceptance_samples < 0 or (not _older_than(legacy, 3) and
+    if obs.run_acceptance_samples < 0 or (not older_than(legacy, 3) and
                                           obs.run_acceptance_samples < len(obs.accepted_tokens)):
         err(f"{where}.run_acceptance_samples: {obs.run_acceptance_samples}, fewer than the "
             f"steady step's own {len(obs.accepted_tokens)} accepted_tokens (the run's samples "
@@ -782,7 +782,7 @@ def _check_decode(obs, where: str, err: Err, legacy) -> None:
 
 # ---- summaries, sums, coverage ------------------------------------------------------------
 
-def _check_summaries(a: Artifact, err: Err) -> None:
+def check_summaries(a: Artifact, err: Err) -> None:
     """One summary per observed point, equal to wire.model.summarize of its samples (in the
     order taken), with the stop its rule gives and the canary spread of its rounds."""
     policy = a.measurement_policy
@@ -801,7 +801,7 @@ def _check_summaries(a: Artifact, err: Err) -> None:
                 "summarise")
             continue
         times = [o.timing.seconds for o in samples[key]]
-        if not all(_real_step(t, a.device) for t in times):
+        if not all(is_real_step(t, a.device) for t in times):
             continue   # the out-of-bounds step is reported; its summary is not recomputed
         want = summarize(s.phase, s.point_index, times,
                          stop_rule(times, policy.repeats, policy.until_pinned),
@@ -820,19 +820,19 @@ def _check_summaries(a: Artifact, err: Err) -> None:
         err(f"summaries: {phase} point {index} is observed but has no summary")
 
 
-def _check_times(a: Artifact, err: Err, legacy) -> None:
+def check_times(a: Artifact, err: Err, legacy) -> None:
     for name in ("elapsed_seconds", "measured_seconds", "timed_seconds"):
         value = getattr(a, name)
         if value is not None and (not math.isfinite(value) or value < 0):
             err(f"{name}: must be a finite number >= 0, got {value}")
-    retained = _fsum([obs.timing.seconds for _, _, obs in _observations(a)])
+    retained = fsum_or_inf([obs.timing.seconds for _, _, obs in all_observations(a)])
     if not math.isclose(a.measured_seconds, retained, rel_tol=MEASURED_SUM_REL_TOL,
                         abs_tol=1e-12):
         err(f"measured_seconds: {a.measured_seconds} != {retained}, the sum of the retained "
             "step times")
     timed = a.timed_seconds
     if timed is None:
-        if not _older_than(legacy, 4):
+        if not older_than(legacy, 4):
             err("timed_seconds: null; required since schema_version 4 (null only in artifacts "
                 "upgraded from schema_version 3 or older)")
         if a.measured_seconds > a.elapsed_seconds:
@@ -859,7 +859,7 @@ def _check_times(a: Artifact, err: Err, legacy) -> None:
 OBSERVER_COST_BOUND_SECONDS = 1.0
 
 
-def _check_observer_cost(a: Artifact, err: Err, flags: list[str]) -> None:
+def check_observer_cost(a: Artifact, err: Err, flags: list[str]) -> None:
     cost = a.observer_cost
     if cost is None:
         flags.append("observer_cost: null; how much of a host-bound step is the observer's own "
@@ -882,7 +882,7 @@ def _check_observer_cost(a: Artifact, err: Err, flags: list[str]) -> None:
             err(f"observer_cost.{name}: must be >= 1, got {getattr(cost, name)}")
 
 
-def _check_coverage(a: Artifact, err: Err) -> None:
+def check_coverage(a: Artifact, err: Err) -> None:
     cov = a.coverage
     expected = len(a.grid)
     observed = {phase: {o.point_index for o in getattr(a, phase)}

@@ -220,7 +220,7 @@ class Fact:
     source: str
 
 
-def _field(artifact: Artifact, path: str) -> IdentityField:
+def identity_field(artifact: Artifact, path: str) -> IdentityField:
     node: Any = artifact
     for part in path.split("."):
         node = getattr(node, part)
@@ -234,7 +234,7 @@ def resolve_fact(artifact: Artifact, name: str, user: Mapping[str, object],
     the field unresolved, the user's; else (when required) a reason naming the field and
     the option."""
     spec = FACTS[name]
-    found = _field(artifact, spec.path)
+    found = identity_field(artifact, spec.path)
     if found.resolved:
         if name in user and user[name] != found.value:
             reasons.append(f"{spec.path}: the artifact holds {found.value!r} (source "
@@ -250,8 +250,8 @@ def resolve_fact(artifact: Artifact, name: str, user: Mapping[str, object],
     return None
 
 
-def _resolved(artifact: Artifact, path: str, reasons: list[str]) -> object:
-    found = _field(artifact, path)
+def resolved_value(artifact: Artifact, path: str, reasons: list[str]) -> object:
+    found = identity_field(artifact, path)
     if not found.resolved:
         reasons.append(f"{path}: unresolved ({found.reason}); the consumer needs it")
         return None
@@ -334,7 +334,7 @@ def _time_then_repeat(obs: Observation) -> tuple[float, int]:
     return obs.timing.seconds, obs.repeat
 
 
-def _select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: float | None,
+def select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: float | None,
                        reasons: list[str]) -> list[str]:
     """With an acceptance length chosen, only the decode points requested at it: the consumer
     has no acceptance-length axis, so an AL sweep exports one AL at a time. The points left
@@ -353,12 +353,12 @@ def _select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: flo
         if isinstance(obs, DecodeObservation) and obs.point.acceptance_length == al:
             kept.append(item)
         else:
-            left_out.append(f"decode[{obs.point_index}] ({_describe(obs)})")
+            left_out.append(f"decode[{obs.point_index}] ({describe(obs)})")
     selected[PHASE_DECODE] = kept
     return left_out
 
 
-def _select_graph_modes(selected: dict[str, list[Selected]], graph_modes: Mapping[str, str],
+def select_graph_modes(selected: dict[str, list[Selected]], graph_modes: Mapping[str, str],
                         reasons: list[str]) -> list[str]:
     """With a phase's graph mode chosen, only its points that ran in that mode: the consumer
     reads no CUDA-graph label and interpolates one curve per cell (phase), so a phase whose
@@ -373,16 +373,16 @@ def _select_graph_modes(selected: dict[str, list[Selected]], graph_modes: Mappin
         kept = [item for item in selected[phase] if item.observation.graph_mode == mode]
         if not kept:
             reasons.append(f"--graph-mode {phase}={mode}: no {phase} point ran in it "
-                           f"({_modes_by_point(selected[phase])})")
+                           f"({modes_by_point(selected[phase])})")
             continue
         left_out += [f"{phase}[{item.observation.point_index}] "
-                     f"({_describe(item.observation)}, graph {item.observation.graph_mode})"
+                     f"({describe(item.observation)}, graph {item.observation.graph_mode})"
                      for item in selected[phase] if item.observation.graph_mode != mode]
         selected[phase] = kept
     return left_out
 
 
-def _modes_by_point(chosen: list[Selected]) -> str:
+def modes_by_point(chosen: list[Selected]) -> str:
     by_mode: dict[str, list[int]] = {}
     for item in chosen:
         by_mode.setdefault(item.observation.graph_mode, []).append(item.observation.point_index)
@@ -410,7 +410,7 @@ def coordinates(phase: str, obs: Observation) -> tuple[int, int, int]:
     return len(requests), new, kv
 
 
-def _describe(obs: Observation) -> str:
+def describe(obs: Observation) -> str:
     p = obs.point
     if isinstance(p, PrefillPoint):
         return f"B={p.batch_size} new={p.new_tokens} prefix={p.cached_prefix_tokens}"
@@ -418,7 +418,7 @@ def _describe(obs: Observation) -> str:
     return f"B={p.batch_size} ctx={p.context_tokens} K={p.draft_depth} AL={al}"
 
 
-def _seed_regime(obs: Observation) -> str | None:
+def seed_regime(obs: Observation) -> str | None:
     """A prefill step's KV seed regime (None for decode)."""
     return obs.kv_seed_regime if isinstance(obs, PrefillObservation) else None
 
@@ -494,7 +494,7 @@ def _check_parallel(a: Artifact, reasons: list[str]) -> None:
                        "identity requires pipeline parallel 1")
 
 
-def _tp(a: Artifact) -> int:
+def tp_of(a: Artifact) -> int:
     value = a.identity.tensor_parallel_size.value
     assert isinstance(value, int), value
     return value
@@ -508,9 +508,9 @@ def _check_collisions(phase: str, chosen: list[Selected], reasons: list[str]) ->
             first = seen[key]
             reasons.append(
                 f"{phase}[{first.observation.point_index}] "
-                f"({_describe(first.observation)}) and "
+                f"({describe(first.observation)}) and "
                 f"{phase}[{item.observation.point_index}] "
-                f"({_describe(item.observation)}) land on one consumer coordinate "
+                f"({describe(item.observation)}) land on one consumer coordinate "
                 f"(batch {key[0]}, new {key[1]}, KV {key[2]}); the consumer keys a row by "
                 "those alone (no K or acceptance-length axis): export one acceptance length "
                 "at a time (--acceptance-length AL), or from separate artifacts")
@@ -531,7 +531,7 @@ def _check_graph_modes(phase: str, chosen: list[Selected], reasons: list[str]) -
     if crossings:
         shown = "; ".join(crossings[:3]) + ("; ..." if len(crossings) > 3 else "")
         reasons.append(f"{phase}.graph_mode: steps ran in {len(modes)} modes "
-                       f"({_modes_by_point(chosen)}); the consumer reads no CUDA-graph label "
+                       f"({modes_by_point(chosen)}); the consumer reads no CUDA-graph label "
                        f"and would interpolate across modes ({shown}): export one mode at a "
                        f"time (--graph-mode {phase}=MODE; the points left out are listed in "
                        "the manifest), or collect both sides of each mode change "
@@ -571,10 +571,10 @@ def _mode_crossings(phase: str, chosen: list[Selected]) -> list[str]:
 
 def _check_prefixes(chosen: list[Selected], reasons: list[str]) -> None:
     for item in chosen:
-        obs, regime = item.observation, _seed_regime(item.observation)
+        obs, regime = item.observation, seed_regime(item.observation)
         if regime not in ROW_SEED_REGIME:
             reasons.append(f"prefill[{obs.point_index}].kv_seed_regime: {regime!r} "
-                           f"({_describe(obs)}); only a prefix the engine "
+                           f"({describe(obs)}); only a prefix the engine "
                            "computed and verified as a hit is real KV (the consumer's table "
                            "needs real_kv for cached prefill)")
 
@@ -627,9 +627,9 @@ def resolve_deployment(a: Artifact, options: ExportOptions, reasons: list[str]) 
     _system_fact(a, options, facts, reasons)
     for name, path in (("engine_version", "identity.engine_version"),
                        ("architecture", "identity.target.architecture")):
-        value = _resolved(a, path, reasons)
+        value = resolved_value(a, path, reasons)
         if value is not None:
-            facts[name] = Fact(value, f"artifact {path} ({_field(a, path).source})")
+            facts[name] = Fact(value, f"artifact {path} ({identity_field(a, path).source})")
     found = a.identity.attention_backend
     facts["attention_backend"] = (
         Fact(found.value, f"artifact identity.attention_backend ({found.source})")
@@ -654,8 +654,8 @@ def _system_fact(a: Artifact, options: ExportOptions, facts: dict[str, Fact],
 
 
 def _precision(a: Artifact, facts: Mapping[str, Fact], reasons: list[str]) -> dict[str, str]:
-    dtype = _resolved(a, "identity.target.dtype", reasons)
-    quant = _resolved(a, "identity.target.quantization", reasons)
+    dtype = resolved_value(a, "identity.target.dtype", reasons)
+    quant = resolved_value(a, "identity.target.quantization", reasons)
     if dtype not in PRECISION_DTYPES or quant != "none":
         if dtype is not None:
             reasons.append(f"identity.target.dtype: {dtype!r} with quantization {quant!r}; "
@@ -679,7 +679,7 @@ def _config(a: Artifact, role: str, options: ExportOptions,
     """config.json bytes whose sha256 is the artifact's config digest: the user's file, else
     the checkpoint at the artifact's model path, else a known config (a preset) by digest."""
     path = f"identity.{role}.config_digest"
-    digest = _resolved(a, path, reasons)
+    digest = resolved_value(a, path, reasons)
     if digest is None:
         return None
     want = str(digest).removeprefix("sha256:")
@@ -782,7 +782,7 @@ def _point(phase: str, item: Selected, benchmark_id: int, k: int) -> dict:
     batch, new, kv = coordinates(phase, obs)
     rows: list[list[int]] | None = None
     if phase == PHASE_PREFILL:
-        stamp = SEED_STAMP.get(_seed_regime(obs) or "")
+        stamp = SEED_STAMP.get(seed_regime(obs) or "")
         reasons = ["explicit", stamp] if stamp else ["explicit"]
         rows = [[r.new_tokens, r.kv_tokens] for r in obs.snapshot.requests]
     else:
@@ -795,11 +795,11 @@ def _point(phase: str, item: Selected, benchmark_id: int, k: int) -> dict:
         # capture size and padding are not recorded.
         "expected_cudagraph_mode": GRAPH_MODE_NAME[obs.graph_mode],
         "expected_capture_size": None, "padding_tokens": None,
-        **_labels(phase, item, k),
+        **row_labels(phase, item, k),
     }
 
 
-def _labels(phase: str, item: Selected, k: int) -> dict:
+def row_labels(phase: str, item: Selected, k: int) -> dict:
     """sdbench's own labels of a row (the consumer ignores them; they keep the audit trail).
     Every row carries every label (None where a phase has none): one parquet schema."""
     obs = item.observation
@@ -813,7 +813,7 @@ def _labels(phase: str, item: Selected, k: int) -> dict:
         "sdbench_warmup_passes": obs.warmup_passes,
         "sdbench_warmup_settled": obs.warmup_settled,
         "sdbench_draft_depth": k,
-        "sdbench_kv_seed_regime": _seed_regime(obs),
+        "sdbench_kv_seed_regime": seed_regime(obs),
         "sdbench_requested_acceptance_length": (decode.point.acceptance_length if decode
                                                 else None),
         "sdbench_observed_acceptance_length": (decode.observed_acceptance_length if decode
@@ -856,7 +856,7 @@ def build_envelope(a: Artifact, legacy: str | None, phase: str, chosen: list[Sel
     for benchmark_id, item in enumerate(chosen, start=1):
         point = _point(phase, item, benchmark_id, k)
         fpm = _fpm(phase, item.observation, benchmark_id, worker_id)
-        regime = ROW_SEED_REGIME.get(_seed_regime(item.observation) or "", DECODE_SEED_REGIME)
+        regime = ROW_SEED_REGIME.get(seed_regime(item.observation) or "", DECODE_SEED_REGIME)
         results.append({"point": point, "fpms": [fpm], "kv_seed_regime": regime})
         groups.append({"benchmark_id": benchmark_id, "point": point, "expected_dp_ranks": [0],
                        "complete": True, "wall_time": fpm["wall_time"],
@@ -953,7 +953,7 @@ def table_rows(a: Artifact, selected: Mapping[str, list[Selected]], *, identity:
                 "measurement_repeats": 1,
                 "measurement_policy": TABLE_POLICY, "timing_scope": TIMING_SCOPE,
                 "measurement_reduction": REDUCTION, "source_sample_count": 1,
-                **run, **_labels(phase, item, k),
+                **run, **row_labels(phase, item, k),
             })
     key = ("cell_id", "batch_size", "total_prefill_tokens", "total_kv_read_tokens")
     return sorted(rows, key=lambda r: tuple(r[name] for name in key))
@@ -968,7 +968,7 @@ def write_table(rows: list[dict], dest: Path, metadata: dict) -> dict:
     pq.write_table(pa.Table.from_pylist(rows), parquet, compression="zstd")
     metadata = {**metadata, "row_count": len(rows),
                 "parquet_sha256": hashlib.sha256(parquet.read_bytes()).hexdigest()}
-    _write_json(dest / TABLE_METADATA_FILE, metadata, sort_keys=True)
+    write_json(dest / TABLE_METADATA_FILE, metadata, sort_keys=True)
     return metadata
 
 
@@ -979,7 +979,7 @@ def pyarrow_missing() -> bool:
 
 # --- Export -----------------------------------------------------------------------------------
 
-def _write_json(path: Path, data: object, sort_keys: bool = False) -> None:
+def write_json(path: Path, data: object, sort_keys: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=sort_keys) + "\n")
 
@@ -990,8 +990,8 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     artifact, legacy, raw = read_artifact(path)
     selected = {phase: select(artifact, phase) for phase in PHASES_BY_MODE[artifact.mode]}
     reasons: list[str] = []
-    left_out = _select_acceptance(artifact, selected, options.acceptance_length, reasons)
-    left_out += _select_graph_modes(selected, options.graph_modes, reasons)
+    left_out = select_acceptance(artifact, selected, options.acceptance_length, reasons)
+    left_out += select_graph_modes(selected, options.graph_modes, reasons)
     check(artifact, selected, options, reasons)
     acceptance = measured_acceptance(artifact, selected, options.nextn_accepted, reasons)
     others = []
@@ -1022,7 +1022,7 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     final = out.resolve() / name
     staging = Path(tempfile.mkdtemp(prefix=f".{artifact.run_id}.", suffix=".tmp", dir=out))
     try:
-        _write_json(staging / REPEATABILITY_FILE, repeats)
+        write_json(staging / REPEATABILITY_FILE, repeats)
         manifest = _build(artifact, legacy, raw, path, selected, deployment, facts, options,
                           staging, final, left_out, acceptance)
         manifest["repeatability"] = {
@@ -1030,7 +1030,7 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
             **{key: repeats[key] for key in ("status", "point_counts", "source_agreement_failed",
                                              "cv", "source_relative_difference",
                                              "engine_starts", "sample_rule", "policy")}}
-        _write_json(staging / MANIFEST_FILE, manifest)
+        write_json(staging / MANIFEST_FILE, manifest)
         umask = os.umask(0)
         os.umask(umask)
         # mkdtemp makes 0700; an export is for sharing, once built (while it is built,
@@ -1063,7 +1063,7 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
     run12 = a.run_id[:12]
     pod, attempt = f"sdbench-{run12}", f"sdbench-{a.run_id}"
     cells = {phase: f"sdbench-envelope-{phase}-{run12}" for phase in selected}
-    built = _profile(a, deployment, final) if deployment is not None else None
+    built = build_profile(a, deployment, final) if deployment is not None else None
     profile, identity = built if built is not None else (None, None)
     artifact_sha = hashlib.sha256(raw).hexdigest()
     plan: dict | None = None
@@ -1077,32 +1077,32 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
         for role, (data, _source) in deployment.configs.items():
             (staging / "model" / role).mkdir(parents=True, exist_ok=True)
             (staging / "model" / role / "config.json").write_bytes(data)
-        plan, notes = _consumer_plan(a, deployment, identity, profile, cells, selected)
+        plan, notes = build_consumer_plan(a, deployment, identity, profile, cells, selected)
     if plan is not None:
         plan_sha = str(plan["sha256"])
-        _write_json(staging / "campaign" / cplan.PLAN_FILE, plan)
-        _write_json(staging / "campaign" / cplan.OVERRIDES_FILE, {})
+        write_json(staging / "campaign" / cplan.PLAN_FILE, plan)
+        write_json(staging / "campaign" / cplan.OVERRIDES_FILE, {})
     else:   # envelopes only, or no consumer plan: a hash of the export's own inputs
         plan_sha = canonical_hash({"artifact_sha256": artifact_sha, "cells": cells,
                                    "fpm_profile": profile})
     worker = f"{pod}-rank0"
-    version = str(_field(a, "identity.engine_version").value)
+    version = str(identity_field(a, "identity.engine_version").value)
     for phase, chosen in selected.items():
         raw_dir = staging / "campaign" / "cells" / cells[phase] / "raw" / pod
-        _write_json(raw_dir / ENVELOPE_FILE, build_envelope(a, legacy, phase, chosen, worker))
-        _write_json(raw_dir / PROVENANCE_FILE, {
+        write_json(raw_dir / ENVELOPE_FILE, build_envelope(a, legacy, phase, chosen, worker))
+        write_json(raw_dir / PROVENANCE_FILE, {
             "schema_name": PROVENANCE_SCHEMA[0], "schema_version": PROVENANCE_SCHEMA[1],
             "cell_id": cells[phase], "plan_sha256": plan_sha, "attempt_id": attempt,
             "runtime": {"backend": "vllm", "backend_version": version},
             "producer": {"package": PACKAGE_NAME, "version": __version__,
                          "artifact_run_id": a.run_id, "artifact_sha256": artifact_sha}})
         if plan is not None:
-            _write_json(raw_dir / cplan.RECEIPT_FILE, cplan.receipt(plan, cells[phase], attempt))
+            write_json(raw_dir / cplan.RECEIPT_FILE, cplan.receipt(plan, cells[phase], attempt))
     run = {"source_plan_sha256": plan_sha, "collector_attempt_id": attempt,
            "runtime_run_id": a.run_id, "runtime_grid_digest": a.integrity.grid_digest}
     table = None
     if identity is not None:
-        _write_json(staging / PROFILE_FILE, profile)
+        write_json(staging / PROFILE_FILE, profile)
         rows = table_rows(a, selected, identity=identity, cells=cells, run=run)
         dest = Path("systems") / "data" / identity.system / "vllm" / version
         write_table(rows, staging / dest, {
@@ -1123,21 +1123,21 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
         table = {"systems_root": "systems", "parquet": str(dest / TABLE_FILE),
                  "metadata": str(dest / TABLE_METADATA_FILE), "rows": len(rows)}
         if deployment is not None and acceptance is not None and profile is not None:
-            _write_json(staging / PREDICT_FILE, predict_config(
+            write_json(staging / PREDICT_FILE, predict_config(
                 a, deployment, profile, identity, final / "systems", acceptance))
         if plan is not None:
-            _write_json(staging / cplan.CHECKPOINT_DIR / cplan.CHECKPOINT_FILE, cplan.checkpoint(
+            write_json(staging / cplan.CHECKPOINT_DIR / cplan.CHECKPOINT_FILE, cplan.checkpoint(
                 plan, attempt_id=attempt, started_at=a.started_at or a.created_at,
                 artifact_dirs={cells[p]: str(final / "campaign" / "cells" / cells[p])
                                for p in selected},
                 pods=[pod], counts={p: len(chosen) for p, chosen in selected.items()},
                 table={"parquet": str(final / dest / TABLE_FILE),
                        "metadata": str(final / dest / TABLE_METADATA_FILE)}, rows=rows))
-    manifest = _manifest(a, legacy, path, artifact_sha, selected, deployment, facts, options,
+    manifest = build_manifest(a, legacy, path, artifact_sha, selected, deployment, facts, options,
                          identity=identity, cells=cells, plan_sha=plan_sha, attempt=attempt,
                          pod=pod, table=table, k=k, left_out=left_out, plan=plan, notes=notes,
                          acceptance=acceptance)
-    _write_json(staging / MANIFEST_FILE, manifest)
+    write_json(staging / MANIFEST_FILE, manifest)
     return manifest
 
 
@@ -1207,7 +1207,7 @@ def selection_rule(a: Artifact) -> dict:
             "reduction": REDUCTION, "source_sample_count": 1}
 
 
-def _consumer_plan(a: Artifact, d: Deployment, identity: RowIdentity, profile: dict,
+def build_consumer_plan(a: Artifact, d: Deployment, identity: RowIdentity, profile: dict,
                    cells: Mapping[str, str], selected: Mapping[str, list[Selected]]
                    ) -> tuple[dict | None, list[str]]:
     """The consumer's collection plan of this export (export.consumer_plan), or None with
@@ -1246,7 +1246,7 @@ def _consumer_plan(a: Artifact, d: Deployment, identity: RowIdentity, profile: d
     return plan, []
 
 
-def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity]:
+def build_profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity]:
     """The FpmModelProfile (one aggregated deployment with the speculative round) and the
     identity its rows carry."""
     f: dict[str, Any] = {name: fact.value for name, fact in d.facts.items()}
@@ -1267,7 +1267,7 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
                        f"{'' if al is None else f' AL={al:g}'}); {sources}"),
         "deployments": [{
             "system": f["system"], "backend": "vllm", "backend_version": f["engine_version"],
-            **topology(_tp(a)),
+            **topology(tp_of(a)),
             **d.precision, "attention_backend": f["attention_backend"],
             "worker_type": "aggregated", "execution_profile": spec,
             "resources": {
@@ -1288,11 +1288,11 @@ def _profile(a: Artifact, d: Deployment, final: Path) -> tuple[dict, RowIdentity
                     ("max_num_batched_tokens", "max_num_seqs"))}}],
     }
     return profile, RowIdentity(model_path, draft_path, str(f["system"]),
-                                str(f["engine_version"]), d.precision, execution, _tp(a),
+                                str(f["engine_version"]), d.precision, execution, tp_of(a),
                                 str(f["attention_backend"]))
 
 
-def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, deployment,
+def build_manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, deployment,
               resolved: Mapping[str, Fact], options: ExportOptions, *, identity, cells,
               plan_sha, attempt, pod, table, k: int, left_out: list[str], plan: dict | None,
               notes: list[str], acceptance: dict | None) -> dict:
@@ -1322,12 +1322,12 @@ def _manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected, depl
         "draft_depth": k, "nextn": k,
         "facts": facts, "user_facts": user,
         "system": identity.system if identity else None, "backend": "vllm",
-        "backend_version": str(_field(a, "identity.engine_version").value),
+        "backend_version": str(identity_field(a, "identity.engine_version").value),
         "model_path": identity.model_path if identity else None,
         "draft_path": identity.draft_path if identity else None,
         "precision": identity.precision if identity else None,
         "fmha_resolution": FMHA_RESOLUTION if identity else None,
-        "topology": topology(_tp(a)), "parallel_strategy": parallel_strategy(_tp(a)),
+        "topology": topology(tp_of(a)), "parallel_strategy": parallel_strategy(tp_of(a)),
         "execution_identity": list(identity.execution) if identity else None,
         "cells": cells, "plan_sha256": plan_sha, "attempt_id": attempt, "pod": pod,
         "consumer_plan": None if plan is None else {

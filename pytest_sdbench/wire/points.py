@@ -52,7 +52,9 @@ class Grid:
                     decode=self.decode if "decode" in phases else ())
 
 
-def _point_errors(grid: Grid) -> list[str]:
+def point_errors(grid: Grid) -> list[str]:
+    """Each point's own range errors and the points listed twice, named relative to the grid
+    (prefill[i].field); the validator checks an artifact's grid by them too."""
     errors = []
     for i, p in enumerate(grid.prefill):
         for name in ("batch_size", "new_tokens"):
@@ -84,7 +86,7 @@ def parse_grid(data) -> Grid:
         grid = typed.decode(Grid, data)
     except typed.DecodeError as exc:
         raise GridError("invalid grid: " + "; ".join(exc.errors)) from None
-    errors = _point_errors(grid)
+    errors = point_errors(grid)
     if errors:
         raise GridError("invalid grid: " + "; ".join(errors))
     return grid
