@@ -16,6 +16,7 @@ import pytest
 from pytest_sdbench.artifact import validate_data
 from pytest_sdbench.cli import main
 from pytest_sdbench.export import aisimulate
+from pytest_sdbench.export.aisimulate import exporting  # export_artifact looks up its writers
 from pytest_sdbench.wire import typed
 
 from . import forge
@@ -69,8 +70,8 @@ def json_table(monkeypatch):
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "rows.json").write_text(json.dumps(rows))
         return metadata
-    monkeypatch.setattr(aisimulate, "write_table", write_rows)
-    monkeypatch.setattr(aisimulate, "pyarrow_missing", lambda: False)
+    monkeypatch.setattr(exporting, "write_table", write_rows)
+    monkeypatch.setattr(exporting, "pyarrow_missing", lambda: False)
 
 
 # --- refusals ---------------------------------------------------------------------------------
@@ -299,7 +300,7 @@ def test_unusable_inputs_exit_2(capsys, tmp_path):
 
 
 def test_table_needs_pyarrow(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(aisimulate, "pyarrow_missing", lambda: True)
+    monkeypatch.setattr(exporting, "pyarrow_missing", lambda: True)
     code, out = export(capsys, [H200_EAGER], tmp_path / "out", "--system", "h200_sxm",
                        *REVISIONS, *V3_FACTS)
     assert code == 2
@@ -540,7 +541,7 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
-    monkeypatch.setattr(aisimulate, "build_envelope", broken)
+    monkeypatch.setattr(exporting, "build_envelope", broken)
     with pytest.raises(OSError, match="disk full"):
         aisimulate.export_artifact(CPU, out, aisimulate.ExportOptions(
             envelope_only=True, user_facts=USER_REVISIONS))

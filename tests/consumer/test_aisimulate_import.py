@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import importlib.metadata
 import io
 import json
@@ -744,7 +745,7 @@ def rewrite_table(root: Path, manifest: dict, rows: list[dict]) -> None:
     metadata = root / manifest["table"]["metadata"]
     meta = json.loads(metadata.read_text())
     meta.update(row_count=len(rows),
-                parquet_sha256=exporter.hashlib.sha256(table.read_bytes()).hexdigest())
+                parquet_sha256=hashlib.sha256(table.read_bytes()).hexdigest())
     metadata.write_text(json.dumps(meta))
 
 
