@@ -1,0 +1,270 @@
+"""The observation rules: each step against its grid point, its snapshot, its timing and
+provenance, its warm-up, and (by phase) its prefix seeding or its acceptance."""
+
+from __future__ import annotations
+
+import math
+
+from ...wire.contract import (
+    BOOKING_MEASURED,
+    CUDAGRAPH_NONE,
+    GRAPH_EAGER,
+    GRAPH_MODES_BY_DEVICE,
+    KV_SEED_NONE,
+    KV_SEED_REAL,
+    KV_SEED_REGIMES,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASES_BY_MODE,
+    SOURCE_FOR_DEVICE,
+    STEADY_STEP_INDEX,
+    STEP_SECONDS_BASE,
+    STEP_SECONDS_MAX,
+    STEP_SECONDS_MIN,
+    STEP_SECONDS_PER_TOKEN_MAX,
+    STEP_TIME_SINGLE_RANK,
+    STEP_TIME_SLOWEST_RANK,
+    TIMER_FOR_SOURCE,
+)
+from ...wire.model import Artifact
+from ...wire.records import Snapshot
+from ...wire.shape import decode_mismatch, prefill_mismatch
+from .helpers import Err, is_real_step, older_than, resolved, resolved_int
+
+# ---- observations ------------------------------------------------------------------------
+
+def check_observations(a: Artifact, err: Err, legacy) -> None:
+    seen_ids: dict[int, str] = {}
+    for phase in (PHASE_PREFILL, PHASE_DECODE):
+        observations, points = getattr(a, phase), getattr(a.grid, phase)
+        if observations and phase not in PHASES_BY_MODE[a.mode]:
+            err(f"{phase}: mode {a.mode!r} measures no {phase} points, yet "
+                f"{len(observations)} observations are present")
+        by_point: dict[int, list[int]] = {}
+        repeats_seen: dict[tuple[int, int], int] = {}
+        for i, obs in enumerate(observations):
+            where = f"{phase}[{i}]"
+            _check_observation(a, phase, obs, where, points, err, legacy)
+            key = (obs.point_index, obs.repeat)
+            if key in repeats_seen:
+                err(f"{where}.repeat: point {obs.point_index} repeat {obs.repeat} duplicates "
+                    f"{phase}[{repeats_seen[key]}]")
+            repeats_seen.setdefault(key, i)
+            members = by_point.setdefault(obs.point_index, [])
+            if members:
+                _check_same_warmup(observations[members[0]], obs, where,
+                                   f"{phase}[{members[0]}]", err)
+            members.append(i)
+            if obs.native_iteration_id in seen_ids:
+                err(f"{where}.native_iteration_id: {obs.native_iteration_id} is also the id of "
+                    f"{seen_ids[obs.native_iteration_id]}")
+            seen_ids.setdefault(obs.native_iteration_id, where)
+
+
+def _check_same_warmup(first, obs, where: str, first_where: str, err: Err) -> None:
+    """A point is warmed up once, before its repeats: they share the warm-up's outcome."""
+    for name in ("warmup_passes", "warmup_settled"):
+        if getattr(obs, name) != getattr(first, name):
+            err(f"{where}.{name}: {getattr(obs, name)} differs from {getattr(first, name)} in "
+                f"{first_where}, a repeat of the same point (a point is warmed up once)")
+
+
+def _check_observation(a: Artifact, phase, obs, where, points, err: Err, legacy) -> None:
+    if not 0 <= obs.point_index < len(points):
+        err(f"{where}.point_index: {obs.point_index} is outside grid.{phase} "
+            f"(0..{len(points) - 1})")
+    elif obs.point != points[obs.point_index]:
+        err(f"{where}.point: {obs.point} differs from grid.{phase}[{obs.point_index}] "
+            f"{points[obs.point_index]}")
+    snap = obs.snapshot
+    if obs.native_iteration_id < 1:
+        err(f"{where}.native_iteration_id: must be >= 1 (vLLM numbers steps from 1), got "
+            f"{obs.native_iteration_id}")
+    if snap.native_iteration_id != obs.native_iteration_id:
+        err(f"{where}.snapshot.native_iteration_id: {snap.native_iteration_id} differs from the "
+            f"observation's {obs.native_iteration_id}")
+    if obs.timing.native_iteration_id != snap.native_iteration_id:
+        err(f"{where}.timing.native_iteration_id: {obs.timing.native_iteration_id} differs "
+            f"from the snapshot's {snap.native_iteration_id}")
+    _check_timing(a, obs, where, err)
+    _check_provenance(a, obs, where, err)
+    _check_snapshot(phase, snap, where, err)
+    _check_warmup(a, obs, where, err)
+    if phase == PHASE_PREFILL:
+        _check_prefill(obs, where, err, legacy)
+    else:
+        _check_decode(obs, where, err, legacy)
+
+
+def _check_timing(a: Artifact, obs, where: str, err: Err) -> None:
+    timing, device = obs.timing, a.device
+    seconds = timing.seconds
+    if not math.isfinite(seconds) or seconds <= 0:
+        err(f"{where}.timing.seconds: must be finite and > 0, got {seconds}")
+    elif not is_real_step(seconds, device):
+        err(f"{where}.timing.seconds: {seconds} is outside [{STEP_SECONDS_MIN}, "
+            f"{STEP_SECONDS_MAX[device]}] s, the bounds of a real step on {device}")
+    else:
+        tokens = obs.snapshot.total_scheduled_tokens
+        bound = STEP_SECONDS_BASE[device] + STEP_SECONDS_PER_TOKEN_MAX[device] * tokens
+        if seconds > bound:
+            err(f"{where}.timing.seconds: {seconds} for {tokens} scheduled tokens exceeds "
+                f"{STEP_SECONDS_BASE[device]} s + {STEP_SECONDS_PER_TOKEN_MAX[device]} s per "
+                f"token on {device} ({bound:g} s)")
+    expected_source = SOURCE_FOR_DEVICE[device]
+    if timing.source != expected_source:
+        err(f"{where}.timing.source: {timing.source!r} cannot come from a {device!r} run "
+            f"(expected {expected_source!r}); relabelled timing")
+    ranks = timing.rank_seconds
+    rule = a.measurement_policy.step_time_rule
+    if rule == STEP_TIME_SINGLE_RANK:
+        if ranks:
+            err(f"{where}.timing.rank_seconds: {list(ranks)} under step_time_rule "
+                f"{STEP_TIME_SINGLE_RANK!r}; one rank's step has no per-rank times")
+        return
+    tp = resolved_int(a.identity.tensor_parallel_size)
+    if len(ranks) != tp:
+        err(f"{where}.timing.rank_seconds: {len(ranks)} entries for "
+            f"identity.tensor_parallel_size {tp}")
+    for r, t in enumerate(ranks):
+        if not is_real_step(t, device):
+            err(f"{where}.timing.rank_seconds[{r}]: {t} is outside [{STEP_SECONDS_MIN}, "
+                f"{STEP_SECONDS_MAX[device]}] s, the bounds of a real step on {device}")
+    if ranks and seconds != max(ranks):
+        err(f"{where}.timing.seconds: {seconds} is not the slowest rank's time "
+            f"max(rank_seconds) = {max(ranks)} ({STEP_TIME_SLOWEST_RANK!r})")
+
+
+def _check_provenance(a: Artifact, obs, where: str, err: Err) -> None:
+    prov, device = obs.provenance, a.device
+    if prov.device != device:
+        err(f"{where}.provenance.device: {prov.device!r} differs from the artifact's device "
+            f"{device!r}")
+    if prov.device_name != resolved(a.identity.device_name):
+        err(f"{where}.provenance.device_name: {prov.device_name!r} differs from "
+            f"identity.device_name {resolved(a.identity.device_name)!r}")
+    if prov.timer != TIMER_FOR_SOURCE[obs.timing.source]:
+        err(f"{where}.provenance.timer: {prov.timer!r} is not the timer of source "
+            f"{obs.timing.source!r}")
+    if obs.graph_mode not in GRAPH_MODES_BY_DEVICE[device]:
+        err(f"{where}.graph_mode: {obs.graph_mode!r} on a {device!r} run; a {device} step runs "
+            f"{' or '.join(GRAPH_MODES_BY_DEVICE[device])}")
+    elif obs.graph_mode != GRAPH_EAGER and resolved(a.identity.cudagraph_mode) == CUDAGRAPH_NONE:
+        err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.cudagraph_mode is "
+            f"{CUDAGRAPH_NONE!r} (the engine captured no graph)")
+    elif obs.graph_mode != GRAPH_EAGER and resolved(a.identity.settings.enforce_eager) is True:
+        err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.settings.enforce_eager is "
+            "true (the engine ran every step eager)")
+
+
+def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
+    """The step's own counts against each other; a retained step runs its point's batch
+    alone (no other request waiting or running, none preempted)."""
+    if snap.booking != BOOKING_MEASURED:
+        err(f"{where}.snapshot.booking: {snap.booking!r}; only measured steps may be retained "
+            "(a warm-up counted as measured?)")
+    if snap.phase != phase:
+        err(f"{where}.snapshot.phase: {snap.phase!r} in a {phase} observation; a measured "
+            "batch never mixes prefill and decode work")
+    elif Snapshot.phase_of(snap.requests) != snap.phase:
+        err(f"{where}.snapshot.phase: recorded {snap.phase!r}, but its requests make it "
+            f"{Snapshot.phase_of(snap.requests)!r}; a measured batch never mixes prefill and "
+            "decode work")
+    if snap.total_scheduled_tokens != sum(r.new_tokens + r.draft_tokens for r in snap.requests):
+        err(f"{where}.snapshot.total_scheduled_tokens: {snap.total_scheduled_tokens} != the "
+            f"requests' new + draft tokens "
+            f"{sum(r.new_tokens + r.draft_tokens for r in snap.requests)}")
+    for j, r in enumerate(snap.requests):
+        if not r.request_id:
+            err(f"{where}.snapshot.requests[{j}].request_id: empty")
+        for name in ("prompt_tokens", "preemptions"):
+            if getattr(r, name) < 0:
+                err(f"{where}.snapshot.requests[{j}].{name}: must be >= 0, got "
+                    f"{getattr(r, name)}")
+    for name in ("waiting", "running"):
+        if getattr(snap.queue, name) < 0:
+            err(f"{where}.snapshot.queue.{name}: must be >= 0, got {getattr(snap.queue, name)}")
+    if 0 <= snap.queue.running < len(snap.requests):
+        err(f"{where}.snapshot.queue.running: {snap.queue.running}, yet the step schedules "
+            f"{len(snap.requests)} requests (every scheduled request is running)")
+    elif snap.queue.running > len(snap.requests):
+        err(f"{where}.snapshot.queue.running: {snap.queue.running}, more than the step's "
+            f"{len(snap.requests)} requests; a measured batch runs alone")
+    if snap.queue.waiting > 0:
+        err(f"{where}.snapshot.queue.waiting: {snap.queue.waiting}; a measured step admits "
+            "its whole batch at once, nothing waits")
+    for j, r in enumerate(snap.requests):
+        if r.preemptions > 0:
+            err(f"{where}.snapshot.requests[{j}].preemptions: {r.preemptions}; a preempted "
+                "request's step is not its point's")
+    ids = {r.request_id for r in snap.requests}
+    for j, c in enumerate(snap.corrections):
+        if c.request_id not in ids:
+            err(f"{where}.snapshot.corrections[{j}].request_id: {c.request_id!r} is none of the "
+                "step's requests")
+        if not 1 <= c.from_iteration_id < snap.native_iteration_id or c.rejected_tokens < 0:
+            err(f"{where}.snapshot.corrections[{j}]: from_iteration_id {c.from_iteration_id}, "
+                f"rejected_tokens {c.rejected_tokens}; a correction comes from an earlier "
+                f"iteration (1..{snap.native_iteration_id - 1}) and rejects >= 0 tokens")
+
+
+def _check_warmup(a: Artifact, obs, where: str, err: Err) -> None:
+    warmup = a.measurement_policy.warmup
+    if not warmup.min_passes <= obs.warmup_passes <= warmup.max_passes:
+        err(f"{where}.warmup_passes: {obs.warmup_passes} is outside the policy's "
+            f"[{warmup.min_passes}, {warmup.max_passes}]")
+    elif not obs.warmup_settled and obs.warmup_passes != warmup.max_passes:
+        err(f"{where}.warmup_settled: false after {obs.warmup_passes} passes; a warm-up that "
+            f"does not settle runs all {warmup.max_passes} passes")
+
+
+def _check_prefill(obs, where: str, err: Err, legacy) -> None:
+    mismatch = prefill_mismatch(obs.point, obs.snapshot)
+    if mismatch:
+        err(f"{where}.snapshot: {mismatch}")
+    prefix = obs.point.cached_prefix_tokens
+    regime = obs.kv_seed_regime
+    allowed = KV_SEED_REGIMES + (("unverified",) if older_than(legacy, 3) else ())
+    if regime not in allowed:
+        err(f"{where}.kv_seed_regime: expected one of {allowed}, got {regime!r}")
+    elif (prefix == 0) != (regime == KV_SEED_NONE):
+        err(f"{where}.kv_seed_regime: {regime!r} does not fit cached_prefix_tokens {prefix}")
+    if regime == KV_SEED_NONE and not legacy and (
+            len(obs.cache_hit_tokens) != obs.point.batch_size or any(obs.cache_hit_tokens)):
+        err(f"{where}.cache_hit_tokens: {list(obs.cache_hit_tokens)}; a point without a "
+            f"cached prefix is verified as no hit for each of {obs.point.batch_size} requests")
+    if regime == KV_SEED_REAL and (len(obs.cache_hit_tokens) != obs.point.batch_size or
+                                   any(h != prefix for h in obs.cache_hit_tokens)):
+        err(f"{where}.cache_hit_tokens: {list(obs.cache_hit_tokens)}; a real prefix must be "
+            f"verified as a hit of {prefix} tokens for each of {obs.point.batch_size} requests")
+
+
+def _check_decode(obs, where: str, err: Err, legacy) -> None:
+    mismatch = decode_mismatch(obs.point, obs.snapshot)
+    if mismatch:
+        err(f"{where}.snapshot: {mismatch}")
+    k = obs.point.draft_depth
+    if obs.step_index != STEADY_STEP_INDEX:
+        err(f"{where}.step_index: the steady step is step {STEADY_STEP_INDEX}, got "
+            f"{obs.step_index}")
+    if not 1.0 <= obs.run_acceptance_length <= k + 1:
+        err(f"{where}.run_acceptance_length: {obs.run_acceptance_length} is outside "
+            f"[1, K+1 = {k + 1}]")
+    if obs.run_acceptance_samples < 0 or (not older_than(legacy, 3) and
+                                          obs.run_acceptance_samples < len(obs.accepted_tokens)):
+        err(f"{where}.run_acceptance_samples: {obs.run_acceptance_samples}, fewer than the "
+            f"steady step's own {len(obs.accepted_tokens)} accepted_tokens (the run's samples "
+            "include them)")
+    accepted = obs.accepted_tokens
+    if len(accepted) != obs.point.batch_size:
+        err(f"{where}.accepted_tokens: {len(accepted)} entries for batch_size "
+            f"{obs.point.batch_size}")
+    for j, n in enumerate(accepted):
+        if not 0 <= n <= k:
+            err(f"{where}.accepted_tokens[{j}]: {n} is outside [0, {k}]")
+    if accepted:
+        mean = 1.0 + sum(accepted) / len(accepted)
+        if not math.isclose(obs.observed_acceptance_length, mean, abs_tol=1e-9):
+            err(f"{where}.observed_acceptance_length: {obs.observed_acceptance_length} != "
+                f"1 + mean(accepted_tokens) = {mean}")
+
