@@ -156,3 +156,8 @@ def test_no_two_modules_import_each_other():
                     and not (b.startswith(a + ".") or a.startswith(b + "."))})
     assert not pairs, "; ".join(f"{a} <-> {b}" for a, b in pairs)
 
+
+def test_no_module_is_longer_than_the_limit():
+    long = sorted(f"{p.relative_to(ROOT)} ({n} lines)" for p in PACKAGE.rglob("*.py")
+                  if (n := len(p.read_text().splitlines())) > LONGEST_MODULE)
+    assert not long, f"over {LONGEST_MODULE} lines, split along its sections: {', '.join(long)}"
