@@ -40,9 +40,14 @@ def test_tp2_profile_on_cpu(pytester, monkeypatch):
     # test's).
     registry = pytester.path / "registry"
     monkeypatch.setenv(host.REGISTRY_ENV, str(registry))
+    # One point of each phase: the ranks' timings and the artifact are what is checked.
+    (pytester.path / "grid.json").write_text(json.dumps({
+        "prefill": [{"batch_size": 2, "new_tokens": 48, "cached_prefix_tokens": 0}],
+        "decode": [{"batch_size": 2, "context_tokens": 64, "draft_depth": 3,
+                    "acceptance_length": None}]}))
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--sdbench-tp=2", "--sdbench-mode=agg",
-        "--sdbench-artifact-dir=out", timeout=900)
+        "--sdbench-grid=grid.json", "--sdbench-artifact-dir=out", timeout=900)
     assert result.ret == 0, "\n".join(result.outlines[-60:])
     result.assert_outcomes(passed=1)
     facts = json.loads((pytester.path / "tp-facts.json").read_text())
