@@ -223,14 +223,16 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     peers = ranks.gather_from_ranks((os.getpid(), tuple(engine.gpu_indices)))
     gpus = tuple(i for _, indices in peers for i in indices)
     check_grid_fits(grid.only(PHASES_BY_MODE[mode]), engine, decode_tokens)
-    if getattr(engine, "observer_cost", None) is None:
-        # Before anything is measured: the observer's own host time a step on this engine
-        # (every rank of a tensor-parallel engine runs the probe, rank 0's is recorded).
-        from .observer.cost import measure
-        engine.observer_cost = measure(engine)
     with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
         checkpoint = Checkpoint(engine, Path(out_dir), name, run_id, worker, monitor, notify)
         try:
+            if getattr(engine, "observer_cost", None) is None:
+                # Before anything is measured: the observer's own host time a step on this
+                # engine (every rank of a tensor-parallel engine runs the probe, rank 0's is
+                # recorded). Inside the try: an engine that fails or is interrupted in the
+                # probe is failed and shut down like one that does so in the collection.
+                from .observer.cost import measure
+                engine.observer_cost = measure(engine)
             result = Collector(engine, progress=progress, decode_tokens=decode_tokens,
                                repeats=repeats,
                                on_point=checkpoint.on_point if lead else None

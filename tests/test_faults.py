@@ -300,15 +300,16 @@ def _say(line):
 
 
 @pytest.fixture
-def fault_at_batch_3(sdbench_engine):
-    '''The worker's execute_model misbehaves on any step of 3 requests (the grid's last
-    point): raises, or hangs until pytest-timeout fires.'''
+def fault_in_the_third_point(sdbench_engine):
+    '''The worker's execute_model misbehaves on any step of 5 requests (the grid's last
+    point; the observer's start-up probe runs 4 at most): raises, or hangs until
+    pytest-timeout fires.'''
     def install(kind):
         worker = compat.worker(sdbench_engine.llm)
         original = worker.execute_model
 
         def execute_model(scheduler_output, *args, **kwargs):
-            if len(scheduler_output.num_scheduled_tokens) == 3:
+            if len(scheduler_output.num_scheduled_tokens) == 5:
                 if kind == "raise":
                     raise RuntimeError("injected fault in execute_model")
                 try:
@@ -326,8 +327,8 @@ FAULT_TESTS = """
 import pytest
 
 
-def test_1_engine_error(fault_at_batch_3, sdbench_collect):
-    fault_at_batch_3("raise")
+def test_1_engine_error(fault_in_the_third_point, sdbench_collect):
+    fault_in_the_third_point("raise")
     sdbench_collect("decode")
 
 
@@ -360,8 +361,8 @@ def test_2_next_test_gets_a_fresh_engine(sdbench_engine, sdbench_collect):
 
 
 @pytest.mark.timeout(20)
-def test_3_timeout_mid_collection(fault_at_batch_3, sdbench_collect):
-    fault_at_batch_3("hang")
+def test_3_timeout_mid_collection(fault_in_the_third_point, sdbench_collect):
+    fault_in_the_third_point("hang")
     sdbench_collect("decode")
 
 
@@ -381,7 +382,7 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
     pytester.makeconftest(FAULT_CONFTEST)
     pytester.makepyfile(test_faulty=FAULT_TESTS)
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--sdbench-grid={_grid(tmp_path)}",
+        "-p", "no:cacheprovider", f"--sdbench-grid={_grid(tmp_path, batches=(1, 2, 5))}",
         # back to back: the third point fails after the first two were measured in full
         # (in rounds every point's warm-up comes first, so nothing would be measured yet)
         "--sdbench-repeat-order=back_to_back",
@@ -424,14 +425,14 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
     assert main(["compare", str(complete), str(partials[0])]) == 1
     said = capsys.readouterr().out
     assert "status partial (2/3" in said, said
-    assert "decode B=3 ctx=64 K=3 AL=natural: missing in the candidate" in said, said
+    assert "decode B=5 ctx=64 K=3 AL=natural: missing in the candidate" in said, said
 
 
-# `sdbench collect` whose engine stalls in the third point's first step of 4 requests (the
-# grid's batches are 1, 2 and 4), after saying so on stderr: Ctrl-C lands inside the third
-# point however fast or loaded the machine is.
+# `sdbench collect` whose engine stalls in the third point's first step of 5 requests (the
+# grid's batches are 1, 2 and 5; the observer's start-up probe runs 4 at most), after saying
+# so on stderr: Ctrl-C lands inside the third point however fast or loaded the machine is.
 STALL_IN_THE_THIRD_POINT = """
-import sys, time
+import signal, sys, time
 from pytest_sdbench.cli import main
 from pytest_sdbench.engine import compat, launch
 
@@ -444,7 +445,7 @@ def start_local_engine(spec):
     original = worker.execute_model
 
     def execute_model(scheduler_output, *args, **kwargs):
-        if len(scheduler_output.num_scheduled_tokens) == 4:
+        if len(scheduler_output.num_scheduled_tokens) == 5:
             print(INSIDE, file=sys.stderr, flush=True)
             time.sleep(300)   # until Ctrl-C
         return original(scheduler_output, *args, **kwargs)
@@ -453,6 +454,9 @@ def start_local_engine(spec):
 
 
 INSIDE = "test: inside the third point"
+# Ctrl-C as a terminal sends it, even when this suite was started in the background (a shell
+# starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 launch.start_local_engine = start_local_engine
 sys.exit(main(sys.argv[1:]))
 """
@@ -501,7 +505,7 @@ def test_ctrl_c_mid_collection_leaves_a_partial_artifact(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-c", STALL_IN_THE_THIRD_POINT, "collect", "--mode", "decode",
-         "--grid", _grid(tmp_path, batches=(1, 2, 4)), "--repeats", "40",
+         "--grid", _grid(tmp_path, batches=(1, 2, 5)), "--repeats", "40",
          "--repeat-order", "back_to_back", "--out", str(out)],
         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     lines = _Lines(proc.stderr)
