@@ -22,7 +22,7 @@ from .artifact.sweep import k_label
 from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import ranks
 from .engine.restoration import restoration_violations
-from .engine.surface import describe_failure
+from .engine.surface import Engine, InProcessEngine, describe_failure, in_process
 from .host import HostMonitor
 from .points import (
     Grid,
@@ -45,7 +45,7 @@ from .wire.model import SkippedPoint
 from .wire.rounds import RepeatPlan
 
 
-def grid_for(engine, manifest: str | None = None) -> Grid:
+def grid_for(engine: Engine, manifest: str | None = None) -> Grid:
     """The grid --grid names (a manifest, a consumer plan, or a consumer grid derived from the
     engine's limits: points.consumer); else the oracle presets' small grid, or the grid
     derived from the engine's own limits (points.derived_grid)."""
@@ -129,8 +129,8 @@ class Checkpoint:
     not checked: the run may still stop before the final artifact). A write that fails (a
     full disk) is reported once and the collection goes on."""
 
-    def __init__(self, engine, folder: Path, name: str, run_id: str, worker: str | None,
-                 monitor: HostMonitor, notify: Callable[[str], None]):
+    def __init__(self, engine: InProcessEngine, folder: Path, name: str, run_id: str,
+                 worker: str | None, monitor: HostMonitor, notify: Callable[[str], None]):
         self.engine, self.folder, self.name = engine, folder, name
         self.run_id, self.worker = run_id, worker
         self.monitor, self.notify = monitor, notify
@@ -189,7 +189,7 @@ class Checkpoint:
             self.path.unlink(missing_ok=True)
 
 
-def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
+def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Path,
                         worker: str | None = None, progress=None,
                         decode_tokens: int | None = None, repeats: int | RepeatPlan = 1,
                         notify: Callable[[str], None] | None = None) -> CollectionRun:
@@ -209,7 +209,7 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     A tensor-parallel engine's proxy runs this on every rank (the same collection, SPMD);
     rank 0 checkpoints, builds, checks and writes the artifact and tells `notify`, the
     other ranks return None; the proxy fails when a rank's engine does."""
-    if engine.collects_on_ranks:
+    if not in_process(engine):
         return engine.collect_to_artifact(mode, grid, out_dir, worker=worker, progress=progress,
                                           decode_tokens=decode_tokens, repeats=repeats,
                                           notify=notify)
@@ -226,7 +226,7 @@ def collect_to_artifact(engine, mode: str, grid: Grid, out_dir: str | Path,
     with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
         checkpoint = Checkpoint(engine, Path(out_dir), name, run_id, worker, monitor, notify)
         try:
-            if getattr(engine, "observer_cost", None) is None:
+            if engine.observer_cost is None:
                 # Before anything is measured: the observer's own host time a step on this
                 # engine (every rank of a tensor-parallel engine runs the probe, rank 0's is
                 # recorded). Inside the try: an engine that fails or is interrupted in the

@@ -31,9 +31,11 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from ..engine import compat, ranks
 from ..engine.canary import measure_canary
+from ..engine.surface import Engine, InProcessEngine
 from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
 from ..points import DecodePoint, Grid, GridError, PrefillPoint
 from ..wire.contract import (
@@ -58,6 +60,7 @@ from ..wire.contract import (
     WARMUP_MIN_PASSES,
     WARMUP_TOLERANCE,
     Booking,
+    Device,
     GraphMode,
     RepeatOrder,
 )
@@ -126,7 +129,7 @@ def sampling_params(max_tokens: int):
     return SamplingParams(max_tokens=max_tokens, **GENERATION_SAMPLING)
 
 
-def check_grid_fits(grid: Grid, engine, decode_tokens: int | None = None) -> None:
+def check_grid_fits(grid: Grid, engine: Engine, decode_tokens: int | None = None) -> None:
     """Reject, before anything runs, points this engine cannot run exactly: the fit rules of
     the wire format (the validator re-applies them on read), and a decode point's K and
     requested AL must be the engine's."""
@@ -153,7 +156,7 @@ def settled(times: list[float], tolerance: float = WARMUP_TOLERANCE,
 
 
 class Collector:
-    def __init__(self, engine, progress=None, decode_tokens: int | None = None,
+    def __init__(self, engine: InProcessEngine, progress=None, decode_tokens: int | None = None,
                  repeats: int | RepeatPlan = 1,
                  on_point: Callable[[CollectionResult], None] | None = None):
         plan = repeats if isinstance(repeats, RepeatPlan) else RepeatPlan(repeats=repeats)
@@ -217,7 +220,9 @@ class Collector:
 
     def _provenance(self) -> Provenance:
         ident = self.engine.identity
-        return Provenance(device=self.engine.device, device_name=str(ident.device_name.value),
+        # vLLM names its platform with a str; the engines that start here are cpu or cuda
+        return Provenance(device=cast(Device, self.engine.device),
+                          device_name=str(ident.device_name.value),
                           timer=TIMER_FOR_SOURCE[self._attached().timer.source])
 
     def _graph_mode(self, record) -> GraphMode:

@@ -17,7 +17,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..host import EngineRegistration
 from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
@@ -31,9 +31,13 @@ from .surface import (
     STALL_ENV,
     EngineStalled,
     EngineSurface,
+    InProcessEngine,
     ServingProbe,
     stall_seconds,
 )
+
+if TYPE_CHECKING:   # the proxy's module is loaded only where a tensor-parallel engine starts
+    from .tp import TensorParallelEngine
 
 PROBE_PROMPT_TOKENS, PROBE_MAX_TOKENS = 48, 16
 
@@ -180,6 +184,11 @@ class SdbenchEngine(EngineSurface):
             compat.restore_environment(self.saved_env)
 
 
+if TYPE_CHECKING:   # mypy holds SdbenchEngine to the protocol the collector types it by
+    def _conforms(engine: SdbenchEngine) -> InProcessEngine:
+        return engine
+
+
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
@@ -187,7 +196,7 @@ def _remove(path: str) -> None:
         pass
 
 
-def start_engine(spec: EngineSpec):
+def start_engine(spec: EngineSpec) -> SdbenchEngine | TensorParallelEngine:
     """The started engine of `spec`: in this process, or, for tensor_parallel_size > 1, in
     that many rank processes behind a TensorParallelEngine (engine/tp.py). A rank process
     itself (RANK_SERVER_ENV set) starts its own rank's engine here."""

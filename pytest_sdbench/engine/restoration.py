@@ -5,9 +5,10 @@ pytest_sdbench.testing."""
 from __future__ import annotations
 
 from . import ranks
+from .surface import Engine, ServingProbe
 
 
-def restoration_violations(engine) -> list[str]:
+def restoration_violations(engine: Engine) -> list[str]:
     """After a benchmark: the engine holds what it held at start-up and serves the same.
     Tensor parallel: every rank checks its own engine, and the ranks must serve the same
     greedy output; each problem names its rank."""
@@ -26,23 +27,25 @@ def restoration_violations(engine) -> list[str]:
     return problems
 
 
-def _violations(engine, after) -> list[str]:
+def _violations(engine: Engine, after: ServingProbe) -> list[str]:
+    baseline = engine.baseline
+    assert baseline is not None, "a started engine holds its start-up probe"
     problems = []
-    if after.scheduler_attrs != engine.baseline.scheduler_attrs:
+    if after.scheduler_attrs != baseline.scheduler_attrs:
         problems.append(f"scheduler attributes differ: "
-                        f"{sorted(after.scheduler_attrs ^ engine.baseline.scheduler_attrs)}")
-    if after.worker_attrs != engine.baseline.worker_attrs:
+                        f"{sorted(after.scheduler_attrs ^ baseline.scheduler_attrs)}")
+    if after.worker_attrs != baseline.worker_attrs:
         problems.append(f"worker attributes differ: "
-                        f"{sorted(after.worker_attrs ^ engine.baseline.worker_attrs)}")
-    if after.dispatcher_attrs != engine.baseline.dispatcher_attrs:
+                        f"{sorted(after.worker_attrs ^ baseline.worker_attrs)}")
+    if after.dispatcher_attrs != baseline.dispatcher_attrs:
         problems.append(f"CUDA-graph dispatcher attributes differ: "
-                        f"{sorted(after.dispatcher_attrs ^ engine.baseline.dispatcher_attrs)}")
-    if after.synthetic_rates != engine.baseline.synthetic_rates:
+                        f"{sorted(after.dispatcher_attrs ^ baseline.dispatcher_attrs)}")
+    if after.synthetic_rates != baseline.synthetic_rates:
         problems.append(f"synthetic acceptance rates changed: {after.synthetic_rates} vs "
-                        f"{engine.baseline.synthetic_rates}")
-    if len(after.tokens) != len(engine.baseline.tokens):
-        problems.append(f"served {len(after.tokens)} tokens, not {len(engine.baseline.tokens)}")
-    natural = engine.baseline.synthetic_rates is None  # synthetic accepts drafts at random
-    if natural and after.tokens != engine.baseline.tokens:
-        problems.append(f"greedy output changed: {after.tokens} vs {engine.baseline.tokens}")
+                        f"{baseline.synthetic_rates}")
+    if len(after.tokens) != len(baseline.tokens):
+        problems.append(f"served {len(after.tokens)} tokens, not {len(baseline.tokens)}")
+    natural = baseline.synthetic_rates is None  # synthetic accepts drafts at random
+    if natural and after.tokens != baseline.tokens:
+        problems.append(f"greedy output changed: {after.tokens} vs {baseline.tokens}")
     return problems

@@ -1,15 +1,22 @@
 """What every started engine answers the same way, in this process (launch.SdbenchEngine)
 or behind a tensor-parallel proxy (tp.TensorParallelEngine): the errors that mark it
-unusable, the stall bound of its step loop, the serving probe, and the surface (limits,
-failure state) both share. Imports nothing that starts an engine."""
+unusable, the stall bound of its step loop, the serving probe, the surface (limits,
+failure state) both share, and the engine's type as its users see it (Engine, and
+InProcessEngine for what only an engine of this process has). Imports nothing that starts
+an engine."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeGuard
 
 from ..wire.identity import ExecutionIdentity, KVCapacity
+from ..wire.model import CpuPlacement
 from ..wire.points import EngineLimits, engine_limits
+from ..wire.records import ObserverCost
 from .spec import EngineSpec
 
 STALL_ENV, DEFAULT_STALL_SECONDS = "SDBENCH_STALL_SECONDS", 120.0
@@ -134,3 +141,66 @@ class EngineSurface:
         return limits
 
 
+
+
+class Engine(Protocol):
+    """A started engine as the session, the grid and restoration checks use it: what both
+    launch.SdbenchEngine (in this process) and tp.TensorParallelEngine (the proxy of rank
+    processes) answer. Read-only members are properties, so that either may hold a
+    narrower type. A proxy also answers `rank_restoration_violations()`, which
+    restoration.restoration_violations looks up by name (the in-process engine has none)."""
+
+    @property
+    def spec(self) -> EngineSpec: ...
+    @property
+    def identity(self) -> ExecutionIdentity: ...
+    @property
+    def kv_capacity(self) -> KVCapacity: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def gpu_indices(self) -> tuple[int, ...]: ...
+    @property
+    def baseline(self) -> ServingProbe | None: ...
+    @property
+    def limits(self) -> EngineLimits: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def max_num_batched_tokens(self) -> int: ...
+    @property
+    def acceptance_control(self) -> str: ...
+    @property
+    def collects_on_ranks(self) -> bool: ...
+
+    def probe(self) -> ServingProbe: ...
+
+    def fail(self, exc: BaseException) -> None: ...
+
+    # grid: a points.Grid; returns a session.CollectionRun (both above this layer).
+    def collect_to_artifact(self, mode: str, grid: Any, out_dir: str | Path,
+                            worker: str | None = None, progress: Any = None,
+                            decode_tokens: int | None = None, repeats: Any = 1,
+                            notify: Callable[[str], None] | None = None) -> Any: ...
+
+
+class InProcessEngine(Engine, Protocol):
+    """An engine whose vLLM LLM lives in this process (launch.SdbenchEngine, also on each
+    rank of a tensor-parallel engine): what the collector, the observer's cost probe and a
+    collection in this process use besides Engine. The proxy has none of it (its `llm`
+    raises AttributeError), so it collects on its ranks (collects_on_ranks)."""
+
+    @property
+    def llm(self) -> Any: ...   # vllm.LLM (imported lazily)
+
+    observer_cost: ObserverCost | None   # measured before its first collection
+    cpu_placement: CpuPlacement | None
+
+    def fresh_tokens(self, n: int) -> list[int]: ...
+
+    def generate(self, prompts: list[list[int]], sampling_params: Any) -> Any: ...
+
+
+def in_process(engine: Engine) -> TypeGuard[InProcessEngine]:
+    """The engine runs here (not collects_on_ranks): the collection runs in this process."""
+    return not engine.collects_on_ranks

@@ -17,6 +17,7 @@ import time
 from unittest.mock import patch
 
 from ..engine import compat
+from ..engine.surface import InProcessEngine
 from ..wire.contract import BOOKING_UNBOOKED, GENERATION_SAMPLING, OBSERVER_COST_METHOD
 from ..wire.records import ObserverCost
 from .observer import NativeObserver
@@ -34,7 +35,7 @@ class HostProfile:
     interpreter's garbage-collection pauses."""
     METHODS = WRAPPED
 
-    def __init__(self, engine, gc_pauses: bool = False):
+    def __init__(self, engine: InProcessEngine, gc_pauses: bool = False):
         self._owners = {"scheduler": compat.scheduler(engine.llm),
                         "worker": compat.worker(engine.llm)}
         self._gc_pauses = gc_pauses
@@ -84,7 +85,7 @@ def added_seconds(beneath: HostProfile, above: HostProfile) -> float:
     return (above.method_seconds - beneath.method_seconds) / max(beneath.steps, 1)
 
 
-def _probe_run(engine, prompts, params, observed: bool) -> tuple[float, int]:
+def _probe_run(engine: InProcessEngine, prompts, params, observed: bool) -> tuple[float, int]:
     """(host seconds a step between the probes, steps) of one run of the prompts."""
     beneath, above = HostProfile(engine), HostProfile(engine)
     with beneath.installed():
@@ -100,7 +101,7 @@ def _probe_run(engine, prompts, params, observed: bool) -> tuple[float, int]:
     return added_seconds(beneath, above), beneath.steps
 
 
-def measure(engine, batch: int = 4, prompt_tokens: int = 64, max_tokens: int = 24,
+def measure(engine: InProcessEngine, batch: int = 4, prompt_tokens: int = 64, max_tokens: int = 24,
             rounds: int = 3) -> ObserverCost:
     """The observer's host cost a step on this engine (an in-process SdbenchEngine with no
     observer attached): `rounds` pairs of probe runs (`batch` fresh prompts of
