@@ -17,7 +17,7 @@ from .checkpoints import check_checkpoints, vllm_version
 from .engine.compat import BLOCK_SIZE, engine_argument_names
 from .engine.placement import CpuListError, check_cpus
 from .engine.presets import PRESETS
-from .engine.spec import EngineSpec, engine_spec, resolve_preset
+from .engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
 from .files import out_dir_problem
 from .options import InputError, repeat_plan, spelled, user_engine_args
 from .points import Grid, GridError, check_grid_for_mode, read_grid_source
@@ -37,15 +37,20 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
     """Everything about the user's choices that can be checked before an engine starts
     (a start takes 15-90 s): the engine choices, the engine argument names against vLLM's
     EngineArgs, the grid manifest against the mode, K, acceptance and the engine's limits
-    known before it starts, --plots without matplotlib, and the output folder
-    (--artifact-dir / --sdbench-artifact-dir). `values` holds the options by their dest.
-    Raises InputError."""
+    known before it starts, --plots without matplotlib, SDBENCH_STALL_SECONDS when it stands
+    for --stall-seconds, and the output folder (--artifact-dir / --sdbench-artifact-dir).
+    `values` holds the options by their dest. Raises InputError."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     check_engine_choices(values, cli)
     try:
         repeat_plan(values, cli)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    if values.get("stall_seconds") is None:
+        try:   # the option's default: the variable, when set, must be a bound too
+            default_stall_seconds()
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     if values.get("cpus"):
         try:
             check_cpus(values["cpus"])
@@ -216,7 +221,7 @@ def spec_from_options(values: dict, draft_depth: int) -> EngineSpec:
         acceptance_length=values["acceptance_length"], vllm_defaults=values["vllm_defaults"],
         user_engine_args=user_engine_args(values), target_revision=values["target_revision"],
         draft_revision=values["draft_revision"], tensor_parallel_size=values["tp"],
-        cpus=values["cpus"])
+        cpus=values["cpus"], stall_seconds=values["stall_seconds"])
 
 
 def check_vllm_installed() -> None:

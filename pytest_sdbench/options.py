@@ -19,6 +19,7 @@ from typing import Any
 
 from .engine.placement import CpuListError, parse_cpus
 from .engine.presets import AUTO_PRESET, PRESETS
+from .engine.spec import DEFAULT_STALL_SECONDS, STALL_ENV, parse_stall_seconds
 from .wire.contract import (
     DEFAULT_DRAFT_DEPTH,
     DEFAULT_MAX_ROUNDS,
@@ -93,6 +94,13 @@ def half_width(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must lie between 0 and 100% (exclusive), got "
                                          f"{text!r}")
     return value
+
+
+def stall_seconds(text: str) -> float:
+    try:
+        return parse_stall_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cpu_list(text: str) -> tuple[int, ...]:
@@ -220,6 +228,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("tp", "tensor parallel size N: N rank processes, one device each, each running "
            "the engine under vLLM's external_launcher; rank 0 writes the artifact "
            "(default 1: one process)", default=1, type=positive_int, metavar="N"),
+    Option("stall-seconds", f"fail the engine (shut down, not reused) when its step loop "
+           f"makes no progress for SECONDS within a request it serves; tensor parallel: how "
+           f"long the other ranks get to answer after one failed (default {STALL_ENV} when "
+           f"set, else {DEFAULT_STALL_SECONDS:g})", type=stall_seconds, metavar="SECONDS"),
     Option("artifact-dir", f"where artifacts are written (default {DEFAULT_ARTIFACT_DIR}/: "
            "under pytest's rootdir, or in the current folder for `sdbench collect`; --out "
            "in the CLI is the same option)", metavar="DIR", cli_aliases=("--out",)),

@@ -16,8 +16,14 @@ import pytest
 from pytest_sdbench import cli, plugin
 from pytest_sdbench.engine import PRESETS, EngineSpec
 from pytest_sdbench.engine.compat import engine_argument_names
-from pytest_sdbench.engine.spec import MODEL_ROOT_ENV, engine_spec
-from pytest_sdbench.options import CLI_PREFIX, PYTEST_PREFIX, user_engine_args
+from pytest_sdbench.engine.spec import (
+    DEFAULT_STALL_SECONDS,
+    MODEL_ROOT_ENV,
+    STALL_ENV,
+    engine_spec,
+)
+from pytest_sdbench.inputs import check_inputs, spec_from_options
+from pytest_sdbench.options import CLI_PREFIX, PYTEST_PREFIX, InputError, user_engine_args
 
 
 class _Recorder:
@@ -174,7 +180,9 @@ def test_pytest_names_its_own_spelling_of_a_bad_engine_option(pytester, tmp_path
              f"argument --sdbench-engine-config: {listed}: expected a mapping",
              "--sdbench-engine-arg=max_num_seqs":
              "argument --sdbench-engine-arg: expected KEY=VALUE with a vLLM engine argument "
-             "name, got 'max_num_seqs'"}
+             "name, got 'max_num_seqs'",
+             "--sdbench-stall-seconds=soon":
+             "argument --sdbench-stall-seconds: expected a number of seconds, got 'soon'"}
     for option, message in cases.items():
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", option)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, option
@@ -221,6 +229,33 @@ def test_the_engine_arguments_reach_the_spec_as_given(tmp_path, model_root):
     args = _collect_args(["--engine-config", str(path), "--engine-arg", "block_size=32"])
     spec = engine_spec(preset="tiny", user_engine_args=user_engine_args(args))
     assert spec.user_engine_args == {"max_num_seqs": 4, "block_size": 32}
+
+
+# ---- --stall-seconds ---------------------------------------------------------------------
+
+def test_the_spec_carries_the_stall_bound(model_root, monkeypatch):
+    """The option's value, else SDBENCH_STALL_SECONDS, else the default; the option wins."""
+    monkeypatch.setenv(STALL_ENV, "7")
+    assert spec_from_options(_collect_args(["--stall-seconds", "2.5"]), 3).stall_seconds == 2.5
+    assert spec_from_options(_collect_args([]), 3).stall_seconds == 7.0
+    monkeypatch.delenv(STALL_ENV)
+    assert spec_from_options(_collect_args([]), 3).stall_seconds == DEFAULT_STALL_SECONDS
+
+
+@pytest.mark.parametrize("text, why", [("0", "must be > 0, got '0'"),
+                                       ("-1", "must be > 0, got '-1'"),
+                                       ("nan", "must be > 0, got 'nan'"),
+                                       ("soon", "expected a number of seconds, got 'soon'")])
+def test_a_bad_stall_bound_is_refused_naming_the_option(capsys, text, why):
+    line = _refused(capsys, ["--stall-seconds", text])
+    assert line == f"sdbench collect: error: argument --stall-seconds: {why}"
+
+
+def test_a_bad_stall_variable_is_refused_before_an_engine_starts(monkeypatch):
+    monkeypatch.setenv(STALL_ENV, "0")
+    with pytest.raises(InputError, match=rf"^{STALL_ENV}: must be > 0, got '0'$"):
+        check_inputs(_collect_args([]), cli=True)
+    check_inputs(_collect_args(["--stall-seconds", "5"]), cli=True)   # the option stands
 
 
 def test_every_help_string_formats_as_argparse_formats_it():

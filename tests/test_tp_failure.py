@@ -16,12 +16,11 @@ import pytest
 from pytest_sdbench import rank_server, session
 from pytest_sdbench.engine import launch, tp
 from pytest_sdbench.engine.launch import SdbenchEngine
-from pytest_sdbench.engine.surface import STALL_ENV, EngineStalled, EngineUnusable
+from pytest_sdbench.engine.spec import STALL_ENV, EngineSpec
+from pytest_sdbench.engine.surface import EngineStalled, EngineUnusable
 from pytest_sdbench.engine.tp import TensorParallelEngine, _Pending
 
 from .test_watchdog import _LLM, _Clock
-
-SPEC = SimpleNamespace(tensor_parallel_size=2)
 
 
 class _RankEngine:
@@ -90,22 +89,24 @@ def sleeper():
 
 @pytest.fixture
 def start_ranks(tmp_path, monkeypatch, sleeper):
-    """start(plan) -> a proxy over two thread ranks whose engines follow `plan` (a rank's
-    entry may also be a function making its engine)."""
+    """start(plan, **spec) -> a proxy over two thread ranks whose engines follow `plan` (a
+    rank's entry may also be a function making its engine from the spec the rank got)."""
     engines: list = []
     release = threading.Event()
 
     def fake_start(spec, plan):
         rank = len(engines) % 2
         make = plan.get(rank)
-        engine = make() if callable(make) else _RankEngine(plan, rank, release)
+        engine = make(spec) if callable(make) else _RankEngine(plan, rank, release)
         engines.append(engine)
         return engine, SimpleNamespace(
             rank=rank, pid=sleeper, device="cpu", gpu_indices=(), identity=None,
             kv_capacity=None, start_seconds=0.1, baseline=SimpleNamespace(tokens=(1, 2, 3)),
             vocab_size=100)
 
-    def start(plan: dict) -> TensorParallelEngine:
+    def start(plan: dict, **fields) -> TensorParallelEngine:
+        # built now: its default stall bound is SDBENCH_STALL_SECONDS as the test set it
+        spec = EngineSpec(target="target", draft="draft", tensor_parallel_size=2, **fields)
         monkeypatch.setattr(rank_server, "_start", lambda spec: fake_start(spec, plan))
         procs, conns, logs, started = [], [], [], []
         log_dir = tmp_path / f"start{len(engines)}"
@@ -116,8 +117,9 @@ def start_ranks(tmp_path, monkeypatch, sleeper):
             logs.append(log_dir / f"rank{rank}.log")
             procs.append(_ThreadRank(theirs, rank, sleeper, release))
             # one rank at a time, so that rank r gets the r-th engine of this start
-            started += _Pending(procs[-1:], conns[-1:], logs[-1:]).call("start", spec=SPEC)
-        return TensorParallelEngine(SPEC, procs, conns, logs, started)
+            started += _Pending(procs[-1:], conns[-1:], logs[-1:], spec.stall_seconds).call(
+                "start", spec=spec)
+        return TensorParallelEngine(spec, procs, conns, logs, started)
 
     start.engines = engines  # type: ignore[attr-defined]
     yield start
@@ -193,7 +195,8 @@ def test_a_collection_that_fails_the_ranks_tells_notify_and_fails_the_proxy(star
 
 @pytest.fixture
 def stalling(monkeypatch):
-    """A short stall bound, on the ranks' watchdogs and the proxy's wait alike; a
+    """A short stall bound (the spec's default, read from SDBENCH_STALL_SECONDS; the ranks
+    get it with the spec), on the ranks' watchdogs and the proxy's wait alike; a
     collection that serves one request; a short wait for rank threads that cannot be
     killed. Returns a function making a rank's real SdbenchEngine over an LLM whose steps
     never make progress (a second of a fake clock each): its StepWatchdog fails it with
@@ -208,11 +211,26 @@ def stalling(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(launch, "time", SimpleNamespace(monotonic=clock.monotonic))
 
-    def make() -> SdbenchEngine:
-        return SdbenchEngine(spec=None, llm=_LLM([([], 0, 1.0)] * 100, clock),  # type: ignore[arg-type]
+    def make(spec) -> SdbenchEngine:   # the spec as the rank got it from the proxy
+        return SdbenchEngine(spec=spec, llm=_LLM([([], 0, 1.0)] * 100, clock),  # type: ignore[arg-type]
                              device="cpu", identity=None, kv_capacity=None,  # type: ignore[arg-type]
                              start_seconds=0.0)
     return make
+
+
+def test_the_ranks_get_the_stall_bound_with_the_spec(start_ranks, monkeypatch):
+    """Not through the environment: each rank's engine holds a copy of the proxy's spec."""
+    monkeypatch.delenv(STALL_ENV, raising=False)
+
+    def make(spec):
+        engine = _RankEngine({}, 0, threading.Event())
+        engine.spec = spec  # type: ignore[attr-defined]
+        return engine
+    proxy = start_ranks({0: make, 1: make}, stall_seconds=0.75)
+    ranks = [e.spec for e in start_ranks.engines]
+    assert [s.stall_seconds for s in ranks] == [0.75, 0.75]
+    assert all(s == proxy.spec and s is not proxy.spec for s in ranks)   # sent, not shared
+    proxy.shutdown()
 
 
 def test_a_rank_that_stalls_fails_the_proxy_with_engine_stalled(start_ranks, stalling,

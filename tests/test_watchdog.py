@@ -1,7 +1,7 @@
 """The step watchdog (launch.StepWatchdog) on a stand-in LLM whose step loop follows a plan,
 by a fake clock: a loop that makes progress (output, or computed tokens) is never stopped,
-one that makes none for longer than the bound raises EngineStalled, and the bound comes
-from SDBENCH_STALL_SECONDS. No engine starts."""
+one that makes none for longer than the bound raises EngineStalled, and the bound is the
+spec's stall_seconds (by default SDBENCH_STALL_SECONDS when set). No engine starts."""
 
 from types import SimpleNamespace
 
@@ -9,12 +9,13 @@ import pytest
 
 from pytest_sdbench.engine import launch
 from pytest_sdbench.engine.launch import SdbenchEngine, StepWatchdog
-from pytest_sdbench.engine.surface import (
+from pytest_sdbench.engine.spec import (
     DEFAULT_STALL_SECONDS,
     STALL_ENV,
-    EngineStalled,
-    stall_seconds,
+    EngineSpec,
+    default_stall_seconds,
 )
+from pytest_sdbench.engine.surface import EngineStalled
 
 OUTPUT = ["a finished request"]
 
@@ -92,7 +93,8 @@ def test_progress_restarts_the_bound(clock):
 
 def test_no_progress_for_longer_than_the_bound_raises_engine_stalled(clock):
     llm = _LLM([([], 0, 1.0)] * 10, clock)
-    with pytest.raises(EngineStalled, match=rf"no progress for 4 s \(bound 3 s, {STALL_ENV}\)"), \
+    with pytest.raises(EngineStalled, match=rf"no progress for 4 s \(bound 3 s, {STALL_ENV} or "
+                       r"the stall-seconds option\)"), \
             StepWatchdog(llm, 3.0):
         llm.generate([], None)
     assert llm.llm_engine.steps == 4    # stopped at the first step past the bound
@@ -116,8 +118,10 @@ def own_process_state(monkeypatch):
     monkeypatch.setattr(launch.compat, "release_distributed", lambda: None)
 
 
-def _engine(llm: _LLM) -> SdbenchEngine:
-    return SdbenchEngine(spec=None, llm=llm, device="cpu", identity=None,  # type: ignore[arg-type]
+def _engine(llm: _LLM, **spec) -> SdbenchEngine:
+    """A stand-in LLM's engine, its spec built now (the default bound read now)."""
+    return SdbenchEngine(spec=EngineSpec(target="target", draft="draft", **spec), llm=llm,
+                         device="cpu", identity=None,  # type: ignore[arg-type]
                          kv_capacity=None, start_seconds=0.0)  # type: ignore[arg-type]
 
 
@@ -133,15 +137,25 @@ def test_generate_is_bounded_by_the_environments_bound_and_fails_the_engine(
     assert engine.closed
 
 
+def test_the_specs_bound_wins_over_the_environment(clock, monkeypatch, own_process_state):
+    monkeypatch.setenv(STALL_ENV, "100")
+    llm = _LLM([([], 0, 1.0)] * 10, clock)
+    with pytest.raises(EngineStalled, match=r"no progress for 2 s \(bound 1.5 s, "):
+        _engine(llm, stall_seconds=1.5).generate([[5, 6]], None)
+    assert llm.llm_engine.steps == 2
+
+
 def test_the_default_bound(monkeypatch):
     monkeypatch.delenv(STALL_ENV, raising=False)
-    assert stall_seconds() == DEFAULT_STALL_SECONDS
+    assert default_stall_seconds() == DEFAULT_STALL_SECONDS
+    assert EngineSpec(target="t", draft="d").stall_seconds == DEFAULT_STALL_SECONDS
     monkeypatch.setenv(STALL_ENV, "0.25")
-    assert stall_seconds() == 0.25
+    assert default_stall_seconds() == 0.25
+    assert EngineSpec(target="t", draft="d").stall_seconds == 0.25
 
 
 @pytest.mark.parametrize("text", ["soon", "", "0", "-3", "nan"])
 def test_a_bad_bound_is_refused_naming_the_variable_and_value(monkeypatch, text):
     monkeypatch.setenv(STALL_ENV, text)
     with pytest.raises(ValueError, match=f"^{STALL_ENV}: .*got {text!r}$"):
-        stall_seconds()
+        default_stall_seconds()

@@ -81,7 +81,8 @@ def bench_from(args, p: argparse.ArgumentParser) -> Bench:
                            vllm_defaults=args.vllm_defaults,
                            user_engine_args=user_engine_args(vars(args)),
                            target_revision=args.target_revision,
-                           draft_revision=args.draft_revision)
+                           draft_revision=args.draft_revision,
+                           stall_seconds=args.stall_seconds)
     except ValueError as exc:
         p.error(str(exc))
     return Bench(spec=spec, rounds=args.rounds, mode=args.mode, grid=args.grid,

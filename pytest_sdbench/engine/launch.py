@@ -5,8 +5,9 @@ request it was serving, or out of a collection on it) is never used again: it is
 unusable with the cause and shut down at once. vLLM leaves the requests of an interrupted
 step half-scheduled, and its next generate() then steps forever without progress (seen:
 LLM._run_engine at 100% CPU for 10 minutes, memory growing). Every generate() also runs
-under a step watchdog of our own: a step loop that makes no progress for
-SDBENCH_STALL_SECONDS (default 120) is aborted with EngineStalled.
+under a step watchdog of our own: a step loop that makes no progress for the spec's
+stall_seconds (--sdbench-stall-seconds / `sdbench collect --stall-seconds`; default
+$SDBENCH_STALL_SECONDS, else 120) is aborted with EngineStalled.
 """
 
 from __future__ import annotations
@@ -26,14 +27,12 @@ from ..wire.model import CpuPlacement
 from ..wire.records import ObserverCost
 from . import compat, placement
 from .facts import resolve_identity, resolve_kv_capacity
-from .spec import EngineSpec
+from .spec import STALL_ENV, EngineSpec
 from .surface import (
-    STALL_ENV,
     EngineStalled,
     EngineSurface,
     InProcessEngine,
     ServingProbe,
-    stall_seconds,
 )
 
 if TYPE_CHECKING:   # the proxy's module is loaded only where a tensor-parallel engine starts
@@ -65,7 +64,8 @@ class StepWatchdog:
             elif now - last["at"] > self.bound:
                 raise EngineStalled(f"the engine's step loop made no progress for "
                                     f"{now - last['at']:.0f} s (bound {self.bound:g} s, "
-                                    f"{STALL_ENV}); the engine is shut down")
+                                    f"{STALL_ENV} or the stall-seconds option); the "
+                                    "engine is shut down")
             return outputs
         self._original = original
         engine.step = step
@@ -128,7 +128,7 @@ class SdbenchEngine(EngineSurface):
         down before the exception goes on."""
         self.check_usable()
         try:
-            with StepWatchdog(self.llm, stall_seconds()):
+            with StepWatchdog(self.llm, self.spec.stall_seconds):
                 return self.llm.generate([{"prompt_token_ids": p} for p in prompts],
                                          sampling_params, use_tqdm=False)
         except BaseException as exc:

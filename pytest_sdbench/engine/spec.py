@@ -5,7 +5,8 @@ the user's own checkpoints).
 A field left None is not passed to vLLM, so vLLM's own default for the device applies.
 The oracle presets set small limits of their own (presets.Preset.engine_limits) so that
 the oracle fits a small VRAM mark; `vllm_defaults` drops them. The user's engine arguments
-(`user_engine_args`) are applied last, over everything."""
+(`user_engine_args`) are applied last, over everything. The stall bound of the engine's step
+watchdog travels with the spec (to every rank of a tensor-parallel engine)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,33 @@ from ..vram import cuda_available
 from ..wire.contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC, DEFAULT_DRAFT_DEPTH
 from .compat import BLOCK_SIZE
 from .presets import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, materialize
+
+# The step watchdog's bound (launch.StepWatchdog): --sdbench-stall-seconds /
+# `sdbench collect --stall-seconds`; when not given, $SDBENCH_STALL_SECONDS, else the default.
+STALL_ENV, DEFAULT_STALL_SECONDS = "SDBENCH_STALL_SECONDS", 120.0
+
+
+def parse_stall_seconds(text: str) -> float:
+    """A stall bound: a number of seconds > 0. ValueError says why (the caller names it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"must be > 0, got {text!r}")
+    return value
+
+
+def default_stall_seconds() -> float:
+    """The bound when none is given: $SDBENCH_STALL_SECONDS if set, else
+    DEFAULT_STALL_SECONDS. ValueError names the variable."""
+    text = os.environ.get(STALL_ENV)
+    if text is None:
+        return DEFAULT_STALL_SECONDS
+    try:
+        return parse_stall_seconds(text)
+    except ValueError as exc:
+        raise ValueError(f"{STALL_ENV}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -39,6 +67,9 @@ class EngineSpec:
     synthetic_acceptance_length: float | None = None  # CUDA only: vLLM's synthetic sampler
     async_scheduling: bool | None = None
     seed: int = 0
+    # A generate() whose step loop makes no progress this long fails the engine
+    # (launch.StepWatchdog); a tensor-parallel proxy gives late ranks as long after a failure.
+    stall_seconds: float = field(default_factory=default_stall_seconds)
     # Tensor parallel: N rank processes, each running the engine in-process under vLLM's
     # external_launcher (engine/tp.py starts them); 1: the single-process executor.
     tensor_parallel_size: int = 1
@@ -60,6 +91,8 @@ class EngineSpec:
         if self.tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size: must be >= 1, got "
                              f"{self.tensor_parallel_size}")
+        if not self.stall_seconds > 0:
+            raise ValueError(f"stall_seconds: must be > 0, got {self.stall_seconds}")
         if self.draft_depth < 1:
             raise ValueError(f"draft_depth: must be >= 1, got {self.draft_depth}")
         al = self.synthetic_acceptance_length
@@ -97,13 +130,13 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
                 cuda_graphs: bool = False, acceptance_length: float | None = None,
                 vllm_defaults: bool = False, user_engine_args: dict | None = None,
                 target_revision: str | None = None, draft_revision: str | None = None,
-                **settings) -> EngineSpec:
+                stall_seconds: float | None = None, **settings) -> EngineSpec:
     """A spec from a preset name ('auto': by device), or from the user's own target and
     draft directories. A preset runs under its oracle limits (small KV cache, batch and
     length caps, eager unless cuda_graphs) unless vllm_defaults; a user's checkpoint runs
     with vLLM's defaults. The user's engine arguments apply over either. The choices are
     checked before (inputs.check_inputs, or inputs.check_engine_choices): a model and its
-    draft go together."""
+    draft go together. stall_seconds None: default_stall_seconds()."""
     device = "cuda" if cuda_available() else "cpu"
     if model is not None and draft is not None:  # both or neither (checked before)
         target, draft_path, preset = str(model), str(draft), None
@@ -122,4 +155,6 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
                       synthetic_acceptance_length=acceptance_length,
                       oracle_limits=preset is not None and not vllm_defaults,
                       target_revision=target_revision, draft_revision=draft_revision,
-                      user_engine_args=dict(user_engine_args or {}), **settings)
+                      user_engine_args=dict(user_engine_args or {}),
+                      stall_seconds=default_stall_seconds() if stall_seconds is None
+                      else stall_seconds, **settings)

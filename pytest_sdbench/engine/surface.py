@@ -1,13 +1,12 @@
 """What every started engine answers the same way, in this process (launch.SdbenchEngine)
 or behind a tensor-parallel proxy (tp.TensorParallelEngine): the errors that mark it
-unusable, the stall bound of its step loop, the serving probe, the surface (limits,
+unusable (a stall of its step loop among them), the serving probe, the surface (limits,
 failure state) both share, and the engine's type as its users see it (Engine, and
 InProcessEngine for what only an engine of this process has). Imports nothing that starts
 an engine."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,28 +18,13 @@ from ..wire.points import EngineLimits, engine_limits
 from ..wire.records import ObserverCost
 from .spec import EngineSpec
 
-STALL_ENV, DEFAULT_STALL_SECONDS = "SDBENCH_STALL_SECONDS", 120.0
-
 
 class EngineUnusable(RuntimeError):
     """The engine failed earlier (or was shut down) and is not used again."""
 
 
 class EngineStalled(RuntimeError):
-    """The engine's step loop made no progress within the stall bound."""
-
-
-def stall_seconds() -> float:
-    text = os.environ.get(STALL_ENV)
-    if text is None:
-        return DEFAULT_STALL_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{STALL_ENV}: expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise ValueError(f"{STALL_ENV}: must be > 0, got {text!r}")
-    return value
+    """The engine's step loop made no progress within the stall bound (spec.stall_seconds)."""
 
 
 def describe_failure(exc: BaseException) -> str:

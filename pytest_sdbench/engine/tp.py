@@ -37,7 +37,7 @@ from typing import Any
 from ..wire.identity import ExecutionIdentity, KVCapacity
 from . import compat
 from .spec import EngineSpec
-from .surface import EngineSurface, ServingProbe, stall_seconds
+from .surface import EngineSurface, ServingProbe
 
 # Set in a rank process: where the proxy listens (host:port); its key in AUTHKEY_ENV.
 RANK_SERVER_ENV, AUTHKEY_ENV = "SDBENCH_RANK_SERVER", "SDBENCH_RANK_AUTHKEY"
@@ -163,8 +163,8 @@ class TensorParallelEngine(EngineSurface):
         conns: list[Connection | None] = [None] * n
         try:
             cls._accept(listener, procs, conns, logs)
-            started = _Pending(procs, conns, logs).call("start", timeout=START_TIMEOUT_S,
-                                                        spec=spec)
+            started = _Pending(procs, conns, logs, spec.stall_seconds).call(
+                "start", timeout=START_TIMEOUT_S, spec=spec)
         except BaseException:
             _end(procs, logs, conns)
             raise
@@ -230,7 +230,7 @@ class TensorParallelEngine(EngineSurface):
 
     def _call(self, command: str, progress=None, notify=None, **kwargs):
         self.check_usable()
-        pending = _Pending(self._procs, self._conns, self._logs)
+        pending = _Pending(self._procs, self._conns, self._logs, self.spec.stall_seconds)
         try:
             return pending.call(command, progress=progress, notify=notify, **kwargs)
         except BaseException as exc:
@@ -275,8 +275,8 @@ class TensorParallelEngine(EngineSurface):
             return
         self.closed = True
         try:
-            _Pending(self._procs, self._conns, self._logs).call("shutdown",
-                                                               timeout=STOP_TIMEOUT_S)
+            _Pending(self._procs, self._conns, self._logs, self.spec.stall_seconds).call(
+                "shutdown", timeout=STOP_TIMEOUT_S)
         except (RankFailed, OSError, EOFError):
             pass  # ended below either way
         finally:
@@ -286,10 +286,12 @@ class TensorParallelEngine(EngineSurface):
 
 
 class _Pending:
-    """One command sent to every rank, and the wait for every rank's answer."""
+    """One command sent to every rank, and the wait for every rank's answer; after a rank's
+    error the others get `stall_seconds` (the spec's stall bound) to answer."""
 
-    def __init__(self, procs, conns, logs):
+    def __init__(self, procs, conns, logs, stall_seconds: float):
         self.procs, self.conns, self.logs = procs, conns, logs
+        self.stall_seconds = stall_seconds
 
     answered = False        # every rank answered the command
     engine_failed = False   # a rank answered that the command failed its engine
@@ -332,7 +334,7 @@ class _Pending:
                 del waiting[conn]
                 (results if kind == "ok" else errors)[rank] = value
                 if errors and peers_deadline is None:
-                    peers_deadline = time.monotonic() + stall_seconds()
+                    peers_deadline = time.monotonic() + self.stall_seconds
             dead = [r for r in waiting.values() if self.procs[r].poll() is not None]
             late = deadline is not None and time.monotonic() > deadline
             if dead or late:

@@ -21,7 +21,6 @@ from dataclasses import asdict
 
 from ..engine import compat
 from ..engine.launch import StepWatchdog
-from ..engine.surface import stall_seconds
 from ..host import HostMonitor
 from ..observer import NativeObserver, TimingMissing, timer_for
 from ..wire.contract import BOOKING_MEASURED, CUDAGRAPH_NONE, GRAPH_EAGER, PHASE_IDLE
@@ -151,14 +150,14 @@ def serve_workload(engine, workload: Workload, acceptance_length: float | None,
                 warm = Workload("concurrency", workload.input_tokens, workload.output_tokens,
                                 seed=workload.seed + 1, concurrency=workload.concurrency or 4,
                                 requests=warmup_requests)
-                with StepWatchdog(engine.llm, stall_seconds()):
+                with StepWatchdog(engine.llm, engine.spec.stall_seconds):
                     driver.serve(warm, plan(warm))
             observer = NativeObserver(engine.llm, timer_for(engine.device)).attach()
             try:
                 with HostMonitor(tuple(engine.gpu_indices)) as monitor:
                     started, t0 = utc_now(), time.perf_counter()
                     try:
-                        with StepWatchdog(engine.llm, stall_seconds()), \
+                        with StepWatchdog(engine.llm, engine.spec.stall_seconds), \
                                 observer.window(BOOKING_MEASURED) as window:
                             requests = driver.serve(workload, planned)
                     except TimingMissing:
