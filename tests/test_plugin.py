@@ -11,6 +11,7 @@ import pytest
 from pytest_sdbench import host
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
+from pytest_sdbench.options import OPTIONS, PYTEST_PREFIX
 
 GRID = {"prefill": [{"batch_size": 2, "new_tokens": 48, "cached_prefix_tokens": 0}],
         "decode": [{"batch_size": 2, "context_tokens": 64, "draft_depth": 3,
@@ -40,12 +41,32 @@ def pytest_sessionfinish(session):
 """
 
 
-def test_options_are_registered(pytester):
-    result = pytester.runpytest("--help")
-    for option in ("--sdbench-mode={prefill,decode,agg}", "--sdbench-preset",
-                   "--sdbench-model=DIR", "--sdbench-draft=DIR", "--sdbench-k=K",
-                   "--sdbench-grid=JSON", "--sdbench-artifact-dir=DIR"):
-        result.stdout.fnmatch_lines([f"*{option}*"])
+class _Parser:
+    """A plugin that keeps pytest's own option parser (pytest_addoption is historic: it is
+    called for a plugin registered after the others too)."""
+
+    def pytest_addoption(self, parser):
+        self.parser = parser
+
+
+def test_every_option_of_the_table_is_registered_with_its_default_and_type(pytester):
+    """pytest's own parser, not a stand-in: each Option of the table, and nothing else, in
+    the sdbench group under --sdbench-NAME (dest sdbench_NAME) with the table's default,
+    type and choices; a run that gives none reads every default, and a value given is
+    parsed by the table's type."""
+    kept = _Parser()
+    pytester.plugins.append(kept)
+    config = pytester.parseconfig()
+    registered = {a.names()[0]: a for a in kept.parser.getgroup("sdbench").options}
+    assert sorted(registered) == sorted(PYTEST_PREFIX + o.name for o in OPTIONS)
+    for option in OPTIONS:
+        arg = registered[PYTEST_PREFIX + option.name]
+        assert (arg.dest, arg.type, arg.attrs().get("choices")) == \
+            (f"sdbench_{option.dest}", option.type, option.choices), option.name
+        assert arg.default == option.default == config.getoption(arg.dest), option.name
+    given = pytester.parseconfig("--sdbench-stall-seconds=2.5", "--sdbench-k=1-3")
+    assert (given.getoption("sdbench_stall_seconds"), given.getoption("sdbench_k")) == \
+        (2.5, (1, 2, 3))
 
 
 def test_markers_are_registered(pytester):
