@@ -37,7 +37,7 @@ def problems(checkout: Path, venv: Path) -> list[str]:
     check(script is not None and Path(script).parent.resolve() == (venv / "bin").resolve(),
           f"`sdbench` on PATH is {script}, not the venv's")
     scripts = md.entry_points(group="console_scripts", name="sdbench")
-    check([e.value for e in scripts] == ["pytest_sdbench.cli:main"],
+    check([e.value for e in scripts] == ["pytest_sdbench.cli:console_main"],
           f"console script sdbench: {list(scripts)}")
     plugins = md.entry_points(group="pytest11", name="sdbench")
     check([e.value for e in plugins] == ["pytest_sdbench.plugin"],

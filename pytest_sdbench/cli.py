@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 
@@ -126,6 +127,21 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:   # what was measured is saved (and said) where it was taken
         _err("sdbench: interrupted")
         return EXIT_INTERRUPTED
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def console_main() -> int:
+    """`sdbench` and `python -m pytest_sdbench.cli`: main, with Ctrl-C and `kill` as an
+    interrupt wherever the command was started (what was measured is kept and said). A
+    shell starts a background job with SIGINT ignored, and Python keeps it ignored; SIGTERM's
+    default would end the process with no partial file and the engine not shut down. Not in
+    main itself: tests call main inside pytest's own process."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    return main()
 
 
 def _err(text: str) -> None:
@@ -479,4 +495,4 @@ def cmd_fidelity(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

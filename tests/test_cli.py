@@ -2,11 +2,16 @@
 index; exit codes; every argument's --help."""
 
 import dataclasses
+import errno
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import sysconfig
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -155,10 +160,61 @@ def _sdbench() -> str:
     return str(script)
 
 
-def test_sdbench_entry_point_is_cli_main():
+def test_sdbench_entry_point_is_cli_console_main():
     (entry,) = entry_points(group="console_scripts", name="sdbench")
-    assert entry.value == "pytest_sdbench.cli:main"
-    assert entry.load() is main
+    assert entry.value == "pytest_sdbench.cli:console_main"
+    assert entry.load() is cli.console_main
+
+
+def _writer_once_read(fifo: Path, proc: subprocess.Popen, seconds: float = 60) -> int:
+    """Open the FIFO for writing once the command has opened it for reading (it then
+    blocks reading it); fail naming what it waited for."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:   # ENXIO: no reader yet
+            if exc.errno != errno.ENXIO:
+                raise
+        if proc.poll() is not None:
+            pytest.fail(f"the command ended (exit {proc.returncode}) before it opened {fifo}: "
+                        f"{proc.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {seconds:.0f} s for the command to open {fifo} for reading")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("signum, launcher", [
+    (signal.SIGINT, "script"), (signal.SIGTERM, "python -m")], ids=["SIGINT", "SIGTERM"])
+def test_kill_interrupts_a_command_started_in_the_background(tmp_path, signum, launcher):
+    """`kill -INT PID` and `kill PID` end a command that a shell started in the background
+    (its jobs start with SIGINT ignored) as a Ctrl-C at a terminal does: exit 130 and
+    `sdbench: interrupted`, no traceback (a collection keeps what it measured on that path).
+    The command here blocks reading a FIFO, so the signal comes while it works."""
+    fifo = tmp_path / "artifact.json"
+    os.mkfifo(fifo)
+    command = [_sdbench()] if launcher == "script" else [sys.executable, "-m",
+                                                         "pytest_sdbench.cli"]
+    proc = subprocess.Popen([*command, "show", str(fifo)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    writer = None
+    try:
+        writer = _writer_once_read(fifo, proc)
+        proc.send_signal(signum)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the command did not end within 60 s of signal {signum.name}")
+    finally:
+        if writer is not None:
+            os.close(writer)
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == cli.EXIT_INTERRUPTED, err
+    assert err.rstrip().splitlines()[-1] == "sdbench: interrupted", err
+    assert "Traceback" not in err
+    assert out == ""
 
 
 def test_the_installed_sdbench_script_runs_and_passes_exit_codes_through(tmp_path):
