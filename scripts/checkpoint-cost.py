@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""What one checkpoint write costs as a collection grows: encode and write an artifact's
+samples (a committed H200 artifact, and the aisimulate attempt's checkpoint), the work
+session.Checkpoint repeats while a collection runs.
+
+    python scripts/checkpoint-cost.py [ARTIFACT.json[.gz] ...]
+"""
+
+import gzip
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pytest_sdbench.artifact.store import write_artifact
+from pytest_sdbench.wire import typed
+from pytest_sdbench.wire.model import Artifact
+
+EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
+DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json",
+            EVIDENCE / "aisimulate/attempt-2026-12-01/aisimulate-a.partial.json.gz"]
+
+
+def main() -> None:
+    for path in [Path(p) for p in sys.argv[1:]] or DEFAULTS:
+        with gzip.open(path) if path.suffix == ".gz" else path.open("rb") as stream:
+            artifact = typed.decode(Artifact, json.load(stream))
+        with tempfile.TemporaryDirectory() as folder:
+            start = time.perf_counter()
+            written = write_artifact(artifact, Path(folder) / "checkpoint.json")
+            seconds = time.perf_counter() - start
+            size = written.stat().st_size
+        samples = len(artifact.prefill) + len(artifact.decode)
+        print(f"{path.name}: {samples} observations, {size / 1e6:.1f} MB written in "
+              f"{1000 * seconds:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
