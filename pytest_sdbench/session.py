@@ -116,8 +116,8 @@ def _say(text: str) -> None:
 # A checkpoint is rewritten at most this often while a collection runs (and whenever a
 # round ends): a profile of 94 points x 5 rounds is 1.7 MB of JSON, and rewriting it after
 # every sample cost more than the samples. An interruption or an engine failure rewrites it
-# at once from what was measured (_leave_partial), so only a hard kill loses anything: at
-# most the samples of this interval.
+# at once from what was measured (_leave_partial), so only a hard kill (SIGKILL) loses
+# anything: the samples since the last write.
 CHECKPOINT_SECONDS = 10.0
 # Writing a checkpoint encodes every sample taken so far (scripts/checkpoint-cost.py: 0.6 s
 # for 524 observations on the 2-core CPU machine; seconds for thousands), so it takes at
