@@ -9,10 +9,10 @@ batch axis. Every collection checks the engine's restoration itself
 
 import pytest
 
-from pytest_sdbench.contract import GRAPH_EAGER, STATUS_COMPLETE
 from pytest_sdbench.engine.spec import GRAPH_BATCHES
-from pytest_sdbench.points import parse_grid
 from pytest_sdbench.testing import observation_violations
+from pytest_sdbench.wire.contract import GRAPH_EAGER, STATUS_COMPLETE
+from pytest_sdbench.wire.points import parse_grid
 
 pytestmark = [pytest.mark.sdbench_cuda, pytest.mark.sdbench_vram(3.6)]
 

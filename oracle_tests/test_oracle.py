@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from pytest_sdbench.contract import MODE_AGG, STATUS_COMPLETE
 from pytest_sdbench.testing import observation_violations
 from pytest_sdbench.wire import typed
+from pytest_sdbench.wire.contract import MODE_AGG, STATUS_COMPLETE
 
 
 def test_collection_is_complete(sdbench_collection):

@@ -6,9 +6,10 @@ synchronous scheduling (CPU) no correction is needed and none may be made."""
 import pytest
 
 from pytest_sdbench.collector import sampling_params
-from pytest_sdbench.contract import BOOKING_MEASURED
-from pytest_sdbench.observer import NativeObserver, timer_for
+from pytest_sdbench.observer.observer import NativeObserver
+from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.testing import restoration_violations
+from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 
 def test_corrected_snapshots_track_the_real_kv(sdbench_engine, sdbench_note):

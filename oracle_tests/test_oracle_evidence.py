@@ -16,10 +16,11 @@ from unittest.mock import patch
 import pytest
 
 from pytest_sdbench.collector import sampling_params
-from pytest_sdbench.contract import BOOKING_MEASURED
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer import STAMP_ATTR, NativeObserver, timer_for
+from pytest_sdbench.observer.observer import STAMP_ATTR, NativeObserver
+from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.testing import annotated_steps, restoration_violations, traced_step_seconds
+from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 # |native / trace - 1| over the steps of one run. On the H200 the benchmark measured at
 # most 3.2% with CUDA graphs and 0.05% eager. On CPU the profiler's range holds the timer

@@ -188,9 +188,9 @@ def cmd_collect(args) -> int:
 
 def _collect_one(spec, args, out: str):
     """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
-    from .engine import start_engine
+    from .engine.launch import start_engine
     from .engine.surface import describe_failure
-    from .points import GridError, read_grid_source
+    from .points import read_grid_source
     from .session import (
         ArtifactNotWritten,
         InvalidArtifact,
@@ -198,6 +198,7 @@ def _collect_one(spec, args, out: str):
         describe,
         grid_for,
     )
+    from .wire.points import GridError
     try:
         # checked: read it now (None: a grid the engine's limits derive, in grid_for)
         manifest = read_grid_source(args.grid, spec.draft_depth, spec.synthetic_acceptance_length
@@ -251,7 +252,9 @@ def _collect_one(spec, args, out: str):
 
 
 def cmd_validate(args) -> int:
-    from .artifact import UnusableArtifact, is_sweep_index, read_json, validate_data
+    from .artifact import is_sweep_index
+    from .artifact.store import UnusableArtifact, read_json
+    from .artifact.validate.report import validate_data
     worst = EXIT_OK
     for path in args.paths:
         try:
@@ -313,7 +316,8 @@ def _one_line(text: str) -> str:
 
 
 def _load_valid(path):
-    from .artifact import UnusableArtifact, validate_path
+    from .artifact import validate_path
+    from .artifact.store import UnusableArtifact
     try:
         report = validate_path(path)
     except UnusableArtifact as exc:
@@ -370,7 +374,8 @@ def _summary_table(a) -> str:
 
 
 def cmd_show(args) -> int:
-    from .artifact import UnusableArtifact, is_sweep_index, read_json
+    from .artifact import is_sweep_index
+    from .artifact.store import UnusableArtifact, read_json
     try:
         data = read_json(args.path)
     except UnusableArtifact as exc:
@@ -483,7 +488,7 @@ def cmd_plot(args) -> int:
 
 def cmd_export(args) -> int:
     from .engine.presets import config_texts
-    from .export import KnownConfig
+    from .export.aisimulate.options import KnownConfig
     from .export.command import run
     return run(args, {digest: KnownConfig(text, source)
                       for digest, (text, source) in config_texts().items()})

@@ -20,7 +20,7 @@ from .engine.presets import PRESETS
 from .engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
 from .files import out_dir_problem
 from .options import InputError, repeat_plan, spelled, user_engine_args
-from .points import Grid, GridError, check_grid_for_mode, read_grid_source
+from .points import check_grid_for_mode, read_grid_source
 from .points.consumer import NATIVE_GRID, is_derived
 from .vram import cuda_available
 from .wire.contract import (
@@ -30,7 +30,7 @@ from .wire.contract import (
     PHASES_BY_MODE,
     REVISION_PATTERN,
 )
-from .wire.points import KnownLimits, fit_errors
+from .wire.points import Grid, GridError, KnownLimits, fit_errors
 
 
 def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:

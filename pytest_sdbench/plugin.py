@@ -303,7 +303,7 @@ def sdbench_engine(pytestconfig, sdbench_engine_spec):
     """The started target + EAGLE3 engine (SdbenchEngine: .llm, .identity, .kv_capacity,
     .probe()), shut down at the end of the session (or before the next K of a sweep). One
     that fails is shut down at once and replaced before the next test (_revive_engine)."""
-    from .engine import start_engine
+    from .engine.launch import start_engine
     from .files import ForeignFolder
     from .host import registry_dir
     from .inputs import check_vllm_installed
@@ -327,8 +327,8 @@ def sdbench_engine(pytestconfig, sdbench_engine_spec):
 @pytest.fixture(scope="session")
 def sdbench_grid(pytestconfig, sdbench_engine):
     """The grid of points: --sdbench-grid, or the default grid for this engine."""
-    from .points import GridError
     from .session import grid_for
+    from .wire.points import GridError
     try:
         return grid_for(sdbench_engine, pytestconfig.getoption("sdbench_grid"))
     except GridError as exc:

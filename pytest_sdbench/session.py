@@ -17,22 +17,19 @@ from pathlib import Path
 
 import jsonschema
 
-from .artifact import Artifact, Report, build_artifact, schema, validate_data, write_artifact
+from .artifact import schema
+from .artifact.build import build_artifact
+from .artifact.store import write_artifact
 from .artifact.sweep import k_label
+from .artifact.validate.report import Report, validate_data
 from .collector import CollectionResult, Collector, check_grid_fits
 from .engine import ranks
 from .engine.restoration import restoration_violations
 from .engine.surface import Engine, InProcessEngine, describe_failure, in_process
 from .host import HostMonitor
-from .points import (
-    Grid,
-    GridError,
-    check_grid_for_mode,
-    default_grid,
-    derived_grid,
-    read_grid_source,
-)
+from .points import check_grid_for_mode, read_grid_source
 from .points.consumer import consumer_grid, is_derived
+from .points.defaults import default_grid, derived_grid
 from .wire import typed
 from .wire.contract import (
     PHASES,
@@ -41,7 +38,8 @@ from .wire.contract import (
     STATUS_COMPLETE,
     STOP_PINNED,
 )
-from .wire.model import SkippedPoint
+from .wire.model import Artifact, SkippedPoint
+from .wire.points import Grid, GridError
 from .wire.rounds import RepeatPlan
 
 

@@ -70,7 +70,7 @@ def annotated_steps(llm) -> Iterator[None]:
     from torch.profiler import record_function
 
     from .engine import compat
-    from .observer import STAMP_ATTR
+    from .observer.observer import STAMP_ATTR
     worker = compat.worker(llm)
     execute, sample = worker.execute_model, worker.sample_tokens
     open_ranges: deque[Any] = deque()

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hypothesis import find, settings
 from hypothesis import strategies as st
 
-from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.artifact.validate.report import validate_data
 from tests import forge
 from tests.test_forgeries import FORGERIES
 

@@ -252,14 +252,15 @@ class EngineNotStarted(RuntimeError):
 def test_collect_tp_reaches_the_engine_spec(tmp_path, monkeypatch, capsys):
     """`sdbench collect --tp 2` asks the engine start for two ranks (no engine starts: the
     start is replaced by one that keeps the spec and refuses)."""
-    from pytest_sdbench import engine, inputs
+    from pytest_sdbench import inputs
+    from pytest_sdbench.engine import launch
     from pytest_sdbench.engine.spec import MODEL_ROOT_ENV
     started = []
 
     def start_engine(spec):
         started.append(spec)
         raise EngineNotStarted("the test stops here")
-    monkeypatch.setattr(engine, "start_engine", start_engine)
+    monkeypatch.setattr(launch, "start_engine", start_engine)
     monkeypatch.setattr(inputs, "check_vllm_installed", lambda: None)
     monkeypatch.setenv(MODEL_ROOT_ENV, str(tmp_path / "models"))
     code = main(["collect", "--tp", "2", "--preset", "tiny", "--out", str(tmp_path / "out")])

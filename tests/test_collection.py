@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
-from pytest_sdbench.artifact import validate_data
-from pytest_sdbench.contract import STATUS_COMPLETE, STATUS_PARTIAL
-from pytest_sdbench.observer import timer_for
-from pytest_sdbench.points import parse_grid
+from pytest_sdbench.artifact.validate.report import validate_data
+from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.testing import observation_violations, restoration_violations
 from pytest_sdbench.wire import typed
+from pytest_sdbench.wire.contract import STATUS_COMPLETE, STATUS_PARTIAL
+from pytest_sdbench.wire.points import parse_grid
 
 pytestmark = pytest.mark.sdbench_engine
 
@@ -59,7 +59,7 @@ def test_a_wrapper_left_behind_fails_the_collection(sdbench_collect, small_grid,
     test that collects need not check it again). An observer that leaves its scheduler
     wrapper in place fails the collection, naming the attribute."""
     from pytest_sdbench.engine import compat
-    from pytest_sdbench.observer import NativeObserver
+    from pytest_sdbench.observer.observer import NativeObserver
     from pytest_sdbench.session import EngineNotRestored
     sched = compat.scheduler(sdbench_engine.llm)
     detach = NativeObserver.detach
@@ -109,7 +109,7 @@ class _Faulty:
 @pytest.mark.parametrize("fault", ["drop", "shift"])
 def test_a_dropped_or_shifted_timing_sample_fails_its_point(sdbench_collect, small_grid,
                                                             monkeypatch, fault):
-    import pytest_sdbench.collector.collect as collect_module
+    import pytest_sdbench.collector as collect_module
     # Every prefill point runs warm-up then measured; each run is one step. Hit the measured
     # step of the first point (its 2nd timed step).
     monkeypatch.setattr(collect_module, "timer_for",
@@ -153,7 +153,7 @@ def test_repeated_collections_on_one_engine_stay_exact(sdbench_collect, sdbench_
 
 def test_a_grid_the_engine_cannot_run_exactly_is_refused_naming_the_field(sdbench_collect,
                                                                           sdbench_engine):
-    from pytest_sdbench.points import GridError
+    from pytest_sdbench.wire.points import GridError
     spec = sdbench_engine.spec
     grid = parse_grid({"decode": [
         {"batch_size": 1, "context_tokens": 64, "draft_depth": spec.draft_depth + 1,

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench.artifact import validate_data
 from pytest_sdbench.artifact.build import summaries as summarize_points
+from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.cli import main
 from pytest_sdbench.compare import (
     COLUMNS,

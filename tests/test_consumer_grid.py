@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sdbench.cli import main
-from pytest_sdbench.points import EngineLimits, GridError, read_grid_source
+from pytest_sdbench.points import read_grid_source
 from pytest_sdbench.points.consumer import (
     KV_LINE_SPACING,
     cudagraph_axis_points,
@@ -24,7 +24,7 @@ from pytest_sdbench.points.consumer import (
     prefill_capture_sizes,
     prefill_lines,
 )
-from pytest_sdbench.wire.points import decode_max_tokens, fit_errors
+from pytest_sdbench.wire.points import EngineLimits, GridError, decode_max_tokens, fit_errors
 
 # qwen3-0.6b as vLLM 0.26 serves it on an H200 (the production artifacts' settings).
 CAPTURE_SIZES = (1, 2, 4, *range(8, 257, 8), *range(272, 513, 16))

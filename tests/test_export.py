@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.cli import main
 from pytest_sdbench.export import aisimulate
 from pytest_sdbench.export.aisimulate import exporting  # export_artifact looks up its writers

@@ -43,7 +43,7 @@ def _checkpoint_pair(tmp_path):
     """A target + draft directory pair whose target names an architecture vLLM lacks (the
     check asks vLLM's registry, so these cases need vLLM installed). Configs only: the
     cases load them with dummy weights (a folder without weights is refused first)."""
-    from pytest_sdbench.engine import materialize
+    from pytest_sdbench.engine.presets import materialize
     target, draft = materialize("tiny", tmp_path / "models")
     config = json.loads((target / "config.json").read_text())
     config["architectures"] = ["FooBarForCausalLM"]
@@ -594,7 +594,7 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
         assert "could not write the checkpoint" in result.stderr
         assert "the artifact follows on stdout as JSON" in result.stderr
         data = json.loads(result.stdout[result.stdout.index("\n{") + 1:])
-        from pytest_sdbench.artifact import validate_data
+        from pytest_sdbench.artifact.validate.report import validate_data
         assert validate_data(data).ok
         assert data["status"] == "complete"
 

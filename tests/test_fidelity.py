@@ -480,7 +480,7 @@ class _Window:
 
 def test_only_an_idle_iteration_may_go_untimed():
     from pytest_sdbench.fidelity.serve import _only_idle_untimed
-    from pytest_sdbench.observer import TimingMissing
+    from pytest_sdbench.observer.observer import TimingMissing
     _only_idle_untimed(_Window(_Record(1, 4, True), _Record(2, 0, False)))
     with pytest.raises(TimingMissing, match=r"native iteration ids \[3\]"):
         _only_idle_untimed(_Window(_Record(1, 4, True), _Record(2, 0, False),

@@ -18,8 +18,8 @@ from pytest_sdbench.fidelity.match import EngineMismatch
 from pytest_sdbench.fidelity.report import OURS
 from pytest_sdbench.fidelity.run import load, measure
 from pytest_sdbench.fidelity.workload import Lengths, Workload, plan
-from pytest_sdbench.points import parse_grid
 from pytest_sdbench.wire.identity import IdentityField
+from pytest_sdbench.wire.points import parse_grid
 
 pytestmark = pytest.mark.sdbench_engine
 

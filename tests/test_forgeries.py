@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.cli import main
 from pytest_sdbench.wire.contract import (
     MAX_ARTIFACT_BYTES,

@@ -5,18 +5,17 @@ import json
 
 import pytest
 
-from pytest_sdbench.points import (
+from pytest_sdbench.points.defaults import default_grid, load_grid
+from pytest_sdbench.wire.points import (
     DecodePoint,
     EngineLimits,
     Grid,
     GridError,
     PrefillPoint,
-    default_grid,
+    fit_errors,
     grid_digest,
-    load_grid,
     parse_grid,
 )
-from pytest_sdbench.wire.points import fit_errors
 
 GOOD = {"prefill": [{"batch_size": 2, "new_tokens": 64, "cached_prefix_tokens": 32}],
         "decode": [{"batch_size": 4, "context_tokens": 256, "draft_depth": 3,

@@ -8,7 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pytest_sdbench.artifact import schema, validate_data, validate_path
+from pytest_sdbench.artifact import schema, validate_path
+from pytest_sdbench.artifact.validate.report import validate_data
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "h200"
 ARTIFACTS = sorted(EVIDENCE.glob("artifacts-*/*.json"))

@@ -57,7 +57,8 @@ def _modules_after(statement: str) -> set[str]:
 
 @pytest.mark.parametrize("statement", [
     "import pytest_sdbench.artifact.validate",
-    "from pytest_sdbench.artifact import validate_path, read_json",
+    "from pytest_sdbench.artifact import validate_path",
+    "from pytest_sdbench.artifact.store import read_json",
     "import pytest_sdbench.wire.model, pytest_sdbench.wire.shape",
 ])
 def test_the_validator_pulls_in_no_engine(statement):

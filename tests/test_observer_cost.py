@@ -7,11 +7,12 @@ import math
 
 import pytest
 
-from pytest_sdbench.contract import BOOKING_MEASURED
-from pytest_sdbench.observer import NativeObserver, ObserverCost, timer_for
 from pytest_sdbench.observer.cost import measure
+from pytest_sdbench.observer.observer import NativeObserver
+from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.testing import restoration_violations
-from pytest_sdbench.wire.contract import OBSERVER_COST_METHOD
+from pytest_sdbench.wire.contract import BOOKING_MEASURED, OBSERVER_COST_METHOD
+from pytest_sdbench.wire.records import ObserverCost
 
 pytestmark = pytest.mark.sdbench_engine
 

@@ -14,12 +14,13 @@ import sys
 import pytest
 
 from pytest_sdbench import cli, plugin
-from pytest_sdbench.engine import PRESETS, EngineSpec
 from pytest_sdbench.engine.compat import engine_argument_names
+from pytest_sdbench.engine.presets import PRESETS
 from pytest_sdbench.engine.spec import (
     DEFAULT_STALL_SECONDS,
     MODEL_ROOT_ENV,
     STALL_ENV,
+    EngineSpec,
     engine_spec,
 )
 from pytest_sdbench.inputs import check_inputs, spec_from_options

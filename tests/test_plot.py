@@ -214,7 +214,8 @@ def test_markers_show_the_graph_mode_and_bars_the_ci_of_the_median(drawing):
 
 PLOTS_CONFTEST = """
 import pathlib, shutil
-from pytest_sdbench.artifact import validate_data, validate_path
+from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.artifact.validate.report import validate_data
 
 def test_written(pytestconfig):
     path = pathlib.Path("out") / "sdbench-agg-x.json"

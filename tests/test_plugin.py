@@ -18,7 +18,7 @@ GRID = {"prefill": [{"batch_size": 2, "new_tokens": 48, "cached_prefix_tokens": 
                     "acceptance_length": None}]}
 
 DOWNSTREAM_TEST = """
-from pytest_sdbench.contract import STATUS_COMPLETE
+from pytest_sdbench.wire.contract import STATUS_COMPLETE
 
 def test_profile(sdbench_collection, sdbench_engine):
     a = sdbench_collection.artifact

@@ -8,7 +8,7 @@ import pytest
 def test_presets_are_written_locally_and_concurrently_safe(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from pytest_sdbench.engine import PRESETS, materialize
+    from pytest_sdbench.engine.presets import PRESETS, materialize
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: materialize("qwen3-0.6b", tmp_path), range(8)))
     target, draft = results[0]

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench.collector.collect import Collector, PointFailed
+from pytest_sdbench.collector import Collector, PointFailed
 from pytest_sdbench.engine import compat, ranks
 from pytest_sdbench.engine.ranks import (
     RankDisagreement,
@@ -16,8 +16,7 @@ from pytest_sdbench.engine.ranks import (
     record_digest,
     step_seconds,
 )
-from pytest_sdbench.observer import TimingMissing
-from pytest_sdbench.observer.observer import IterationRecord
+from pytest_sdbench.observer.observer import IterationRecord, TimingMissing
 from pytest_sdbench.wire.records import TimingSample
 
 PROMPTS = [[5, 6, 7], [8, 9]]

@@ -139,8 +139,8 @@ def _spelled(items: list[str], prefix: str) -> list[str]:
 
 def test_the_cli_refuses_a_bad_pair_in_one_line_before_the_engine(tmp_path, real_checkpoints,
                                                                    capsys, monkeypatch):
-    from pytest_sdbench import engine
-    monkeypatch.setattr(engine, "start_engine", lambda spec: pytest.fail("an engine started"))
+    from pytest_sdbench.engine import launch
+    monkeypatch.setattr(launch, "start_engine", lambda spec: pytest.fail("an engine started"))
     for case, (args, line) in _cases(tmp_path, real_checkpoints).items():
         out = tmp_path / "out"
         code = main(["collect", *_spelled(args, "--"), "--out", str(out)])
@@ -227,7 +227,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from pytest_sdbench.contract import STATUS_COMPLETE
+from pytest_sdbench.wire.contract import STATUS_COMPLETE
 from pytest_sdbench.engine import compat
 
 EXPECTED = json.loads(Path("expected.json").read_text())

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_sdbench import host
 from pytest_sdbench.artifact import validate_path
-from pytest_sdbench.contract import STATUS_COMPLETE
+from pytest_sdbench.wire.contract import STATUS_COMPLETE
 
 DOWNSTREAM = """
 import json

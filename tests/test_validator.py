@@ -8,8 +8,7 @@ import re
 
 import pytest
 
-from pytest_sdbench.artifact import validate_data
-from pytest_sdbench.artifact.validate import Report
+from pytest_sdbench.artifact.validate.report import Report, validate_data
 from pytest_sdbench.wire.contract import WARMUP_MAX_PASSES
 
 from . import forge

@@ -14,7 +14,7 @@ import re
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pytest_sdbench.artifact import validate_data
+from pytest_sdbench.artifact.validate.report import validate_data
 
 from .conftest import FIXTURES
 

@@ -4,7 +4,7 @@ the warm-up runs on the real engine: tests/test_collection.py.)"""
 
 from types import SimpleNamespace as NS
 
-from pytest_sdbench.collector.collect import Collector, settled
+from pytest_sdbench.collector import Collector, settled
 from pytest_sdbench.wire.contract import (
     BOOKING_WARMUP,
     WARMUP_MAX_PASSES,

@@ -2,7 +2,7 @@
 pytest-sdbench installed from its wheel into an environment that holds vLLM's CPU build: the
 fixtures on the tiny preset and a two-point grid (grid.json)."""
 
-from pytest_sdbench.contract import STATUS_COMPLETE
+from pytest_sdbench.wire.contract import STATUS_COMPLETE
 
 
 def test_profile(sdbench_collection, sdbench_engine):

@@ -32,7 +32,7 @@ LARGE = Sizes(batch=8, context=256, tokens=128, overhead_batches=(max(GRAPH_BATC
 
 @dataclass
 class Bench:
-    spec: object                      # pytest_sdbench.engine.EngineSpec
+    spec: object                      # pytest_sdbench.engine.spec.EngineSpec
     rounds: int = 5                   # alternated runs (or profiled runs) a measurement takes
     mode: str = "agg"                 # what the collection pair collects
     grid: str | None = None           # a grid manifest (None: the engine's default grid)
@@ -65,7 +65,7 @@ class Bench:
 
 def start(spec):
     """Start an engine and say what it is."""
-    from pytest_sdbench.engine import start_engine
+    from pytest_sdbench.engine.launch import start_engine
     engine = start_engine(spec)
     al = spec.synthetic_acceptance_length
     print(f"engine: preset {spec.preset} on {engine.device} "

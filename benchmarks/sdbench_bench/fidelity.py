@@ -13,7 +13,7 @@ from unittest.mock import patch
 
 from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer import STAMP_ATTR
+from pytest_sdbench.observer.observer import STAMP_ATTR
 
 from .goals import FIDELITY
 from .probes import decode_prompts, observed

@@ -20,7 +20,7 @@ METHODS = tuple(name for _, name in cost.WRAPPED)
 
 def run(bench) -> None:
     if bench.engine.device == "cuda":
-        from pytest_sdbench.observer import CudaEventTimer
+        from pytest_sdbench.observer.timing import CudaEventTimer
         timer = CudaEventTimer()
         bench.table.note(f"CUDA event timer records with {timer.recorder} "
                          f"{timer.recorder_note}".rstrip())

@@ -13,8 +13,9 @@ from unittest.mock import patch
 
 from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer import NativeObserver, timer_for
 from pytest_sdbench.observer.cost import HostProfile, added_seconds
+from pytest_sdbench.observer.observer import NativeObserver
+from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 

@@ -18,7 +18,8 @@ from unittest.mock import patch
 
 from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer import NativeObserver, TimingMissing, timer_for
+from pytest_sdbench.observer.observer import NativeObserver, TimingMissing
+from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 from .probes import decode_prompts

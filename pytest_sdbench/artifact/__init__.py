@@ -2,11 +2,8 @@
 readers and the published JSON Schema."""
 
 from ..wire.contract import SWEEP_INDEX_KIND
-from ..wire.model import Artifact
-from . import schema
-from .build import build_artifact
-from .store import UnusableArtifact, read_json, write_artifact
-from .validate import DEFAULT_K_WINDOW, Report, validate_data
+from .store import UnusableArtifact, read_json
+from .validate.report import DEFAULT_K_WINDOW, Report, validate_data
 
 
 def is_sweep_index(data: object) -> bool:
@@ -24,17 +21,3 @@ def validate_path(path, k_window=DEFAULT_K_WINDOW) -> Report:
                                f"{path}` lists its artifacts")
     return validate_data(data, k_window)
 
-
-__all__ = [
-    "DEFAULT_K_WINDOW",
-    "Artifact",
-    "Report",
-    "UnusableArtifact",
-    "build_artifact",
-    "is_sweep_index",
-    "read_json",
-    "schema",
-    "validate_data",
-    "validate_path",
-    "write_artifact",
-]

@@ -17,7 +17,7 @@ from ..wire import typed
 from ..wire.contract import SWEEP_INDEX_KIND
 from ..wire.model import Artifact, utc_now
 from .store import UnusableArtifact, read_json
-from .validate import DEFAULT_K_WINDOW, Report, validate_data
+from .validate.report import DEFAULT_K_WINDOW, Report, validate_data
 
 WHY = ("vLLM fixes K (num_speculative_tokens) when the engine starts: its drafter, CUDA graphs "
        "and KV layout are built for it, so each K is measured on an engine of its own")

@@ -10,19 +10,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..files import out_dir_problem
-from .aisimulate import (
+from .aisimulate.exporting import export_artifact
+from .aisimulate.facts import (
     FACTS,
-    SYSTEM_PATTERN,
     USER_FACT_NAMES,
-    ExportOptions,
-    KnownConfig,
-    Refused,
-    UnusableInput,
     check_user_value,
-    export_artifact,
     parse_graph_mode,
     parse_user_fact,
 )
+from .aisimulate.options import ExportOptions, KnownConfig
+from .aisimulate.vocabulary import SYSTEM_PATTERN, Refused, UnusableInput
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNUSABLE = 0, 1, 2
 TARGETS = ("aisimulate",)

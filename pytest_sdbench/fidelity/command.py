@@ -86,7 +86,8 @@ def workloads_from(args) -> list[Workload]:
 
 
 def _graph_modes(texts: list[str]) -> dict[str, str]:
-    from ..export.aisimulate import UnusableInput, parse_graph_mode
+    from ..export.aisimulate.facts import parse_graph_mode
+    from ..export.aisimulate.vocabulary import UnusableInput
     modes = {}
     for text in texts:
         try:
@@ -136,7 +137,7 @@ def _report(folder: Path, args, modes) -> int:
 
 
 def _measure(profile: Path, args, modes) -> int:
-    from ..engine import start_engine
+    from ..engine.launch import start_engine
     from ..engine.spec import engine_spec
     from ..engine.surface import describe_failure
     from ..files import out_dir_problem

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..export.aisimulate import CONSUMER_ENVIRONMENT, MANIFEST_FILE, export_name
+from ..export.aisimulate.selecting import export_name
+from ..export.aisimulate.vocabulary import CONSUMER_ENVIRONMENT, MANIFEST_FILE
 from ..wire.contract import (
     ACCEPTANCE_SYNTHETIC,
     DEVICE_CUDA,

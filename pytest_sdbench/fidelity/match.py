@@ -17,7 +17,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..artifact import UnusableArtifact, validate_path
+from ..artifact import validate_path
+from ..artifact.store import UnusableArtifact
 from ..engine.presets import PRESETS, config_texts
 from ..engine.spec import GRAPH_BATCHES
 from ..wire.contract import DEVICE_CUDA

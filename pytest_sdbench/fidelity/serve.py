@@ -22,7 +22,8 @@ from dataclasses import asdict
 from ..engine import compat
 from ..engine.launch import StepWatchdog
 from ..host import HostMonitor
-from ..observer import NativeObserver, TimingMissing, timer_for
+from ..observer.observer import NativeObserver, TimingMissing
+from ..observer.timing import timer_for
 from ..wire.contract import BOOKING_MEASURED, CUDAGRAPH_NONE, GRAPH_EAGER, PHASE_IDLE
 from ..wire.model import utc_now
 from .records import UNKNOWN_GRAPH_MODE, RequestRecord, ServingRun, StepRecord

@@ -2,17 +2,9 @@
 The point types and their rules live in the wire format (wire.points)."""
 
 from ..wire.contract import PHASES_BY_MODE
-from ..wire.points import (
-    DecodePoint,
-    EngineLimits,
-    Grid,
-    GridError,
-    PrefillPoint,
-    grid_digest,
-    parse_grid,
-)
+from ..wire.points import Grid, GridError
 from .consumer import is_derived, plan_grid, plan_path
-from .defaults import default_grid, derived_grid, load_grid
+from .defaults import load_grid
 
 
 def read_grid_source(source: str, draft_depth: int, acceptance_length: float | None
@@ -35,7 +27,3 @@ def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
         raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
                         f"{mode or 'agg'} has nothing to measure")
 
-
-__all__ = ["DecodePoint", "EngineLimits", "Grid", "GridError", "PrefillPoint",
-           "check_grid_for_mode", "default_grid", "derived_grid", "grid_digest", "load_grid",
-           "parse_grid", "read_grid_source"]

@@ -14,7 +14,3 @@ changes one fact coherently, digests recomputed, still contradicts another.
 One module per rule section, each importing only helpers (what they share); report runs
 them all: helpers, header, identity, kv, grid, environment, observations, summaries, report.
 """
-
-from .report import DEFAULT_K_WINDOW, Report, validate_data
-
-__all__ = ["DEFAULT_K_WINDOW", "Report", "validate_data"]

@@ -12,39 +12,5 @@ Only the parquet writer needs pyarrow (the `export` extra), imported when a tabl
 
 One module per step, each importing only those above it in this list: vocabulary, facts,
 options, selecting, checks, deployment, identity, envelopes, table, profile, manifest,
-exporting. Here: the names the rest of the project and its tests import.
+exporting. Each name is imported from the module that defines it; this file re-exports none.
 """
-
-from .checks import _mode_crossings
-from .exporting import export_artifact
-from .facts import FACTS, USER_FACT_NAMES, check_user_value, parse_graph_mode, parse_user_fact
-from .identity import assert_speculative, cell_id, execution_profile, speculative_identity
-from .options import Exported, ExportOptions, KnownConfig
-from .selecting import Selected, export_name
-from .vocabulary import (
-    CONSUMER,
-    CONSUMER_ENVIRONMENT,
-    CONSUMER_VERSION,
-    ENVELOPE_FILE,
-    MANIFEST_FILE,
-    PREDICT_FILE,
-    PROFILE_FILE,
-    PROVENANCE_FILE,
-    SELECTOR_PREFIX,
-    SYSTEM_PATTERN,
-    TABLE_POLICY,
-    Refused,
-    UnusableInput,
-    parallel_strategy,
-    topology,
-)
-
-__all__ = [
-    "CONSUMER", "CONSUMER_ENVIRONMENT", "CONSUMER_VERSION", "ENVELOPE_FILE", "FACTS",
-    "MANIFEST_FILE", "PREDICT_FILE", "PROFILE_FILE", "PROVENANCE_FILE", "SELECTOR_PREFIX",
-    "SYSTEM_PATTERN", "TABLE_POLICY", "USER_FACT_NAMES", "ExportOptions", "Exported",
-    "KnownConfig", "Refused", "Selected", "UnusableInput", "_mode_crossings",
-    "assert_speculative", "cell_id", "check_user_value", "execution_profile", "export_artifact",
-    "export_name", "parallel_strategy", "parse_graph_mode", "parse_user_fact",
-    "speculative_identity", "topology",
-]

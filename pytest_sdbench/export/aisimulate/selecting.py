@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...artifact import UnusableArtifact, validate_path
+from ...artifact import validate_path
+from ...artifact.store import UnusableArtifact
 from ...wire.contract import ACCEPTANCE_SYNTHETIC, PHASE_DECODE, PHASE_PREFILL, PHASES
 from ...wire.model import Artifact, DecodeObservation, Observation, PrefillObservation
 from ...wire.points import PrefillPoint

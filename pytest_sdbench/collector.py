@@ -33,12 +33,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from ..engine import compat, ranks
-from ..engine.canary import measure_canary
-from ..engine.surface import Engine, InProcessEngine
-from ..observer import NativeObserver, Provenance, TimingMissing, timer_for
-from ..points import DecodePoint, Grid, GridError, PrefillPoint
-from ..wire.contract import (
+from .engine import compat, ranks
+from .engine.canary import measure_canary
+from .engine.surface import Engine, InProcessEngine
+from .observer.observer import NativeObserver, TimingMissing
+from .observer.timing import timer_for
+from .wire.contract import (
     BOOKING_MEASURED,
     BOOKING_UNBOOKED,
     BOOKING_WARMUP,
@@ -64,15 +64,16 @@ from ..wire.contract import (
     GraphMode,
     RepeatOrder,
 )
-from ..wire.model import (
+from .wire.model import (
     DecodeObservation,
     Observation,
     PrefillObservation,
     SkippedPoint,
     utc_now,
 )
-from ..wire.points import decode_max_tokens, fit_errors
-from ..wire.rounds import (
+from .wire.points import DecodePoint, Grid, GridError, PrefillPoint, decode_max_tokens, fit_errors
+from .wire.records import Provenance
+from .wire.rounds import (
     CanarySample,
     PointRef,
     RepeatPlan,
@@ -81,7 +82,7 @@ from ..wire.rounds import (
     needs_another_round,
     round_order,
 )
-from ..wire.shape import decode_mismatch, prefill_mismatch
+from .wire.shape import decode_mismatch, prefill_mismatch
 
 
 @dataclass
