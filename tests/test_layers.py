@@ -1,6 +1,7 @@
 """The layers hold: the wire format imports nothing above it, the validator pulls in no
 engine, observer or collector and no vLLM, torch or jsonschema, and `sdbench validate`
-runs in a Python environment where none of the third-party packages is installed."""
+runs in a Python environment where none of the third-party packages is installed; every
+name has one import path (no package __init__ re-exports, no `import *`)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,44 @@ def test_no_module_is_longer_than_the_limit():
     long = sorted(f"{p.relative_to(ROOT)} ({n} lines)" for p in PACKAGE.rglob("*.py")
                   if (n := len(p.read_text().splitlines())) > LONGEST_MODULE)
     assert not long, f"over {LONGEST_MODULE} lines, split along its sections: {', '.join(long)}"
+
+
+# ---- one import path per name: a package's __init__ re-exports nothing -------------------
+def _reexports(path: Path) -> list[str]:
+    """The names an __init__ imports from another module of the package and never uses
+    itself (a submodule imported through its package is a module, not a re-export)."""
+    tree = ast.parse(path.read_text(), str(path))
+    here = _module_name(path).split(".")
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:
+            base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+        if base.split(".")[0] != PACKAGE.name:
+            continue
+        found.extend(f"{alias.asname or alias.name} (from {base})" for alias in node.names
+                     if f"{base}.{alias.name}" not in modules
+                     and (alias.asname or alias.name) not in used)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("__init__.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_package_init_reexports_nothing(path):
+    """Each name is imported from the module that defines it: an __init__ that imports a
+    name only to hand it on gives the name a second import path."""
+    reexported = _reexports(path)
+    assert not reexported, f"{path.relative_to(ROOT)} re-exports {', '.join(reexported)}"
+
+
+def test_no_module_imports_star():
+    starred = sorted(f"{p.relative_to(ROOT)}: from {'.' * node.level}{node.module or ''} import *"
+                     for p in PACKAGE.rglob("*.py")
+                     for node in ast.walk(ast.parse(p.read_text(), str(p)))
+                     if isinstance(node, ast.ImportFrom)
+                     and any(alias.name == "*" for alias in node.names))
+    assert not starred, "; ".join(starred)
