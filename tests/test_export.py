@@ -15,8 +15,25 @@ import pytest
 
 from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.cli import main
-from pytest_sdbench.export import aisimulate
 from pytest_sdbench.export.aisimulate import exporting  # export_artifact looks up its writers
+from pytest_sdbench.export.aisimulate.checks import _mode_crossings
+from pytest_sdbench.export.aisimulate.exporting import export_artifact
+from pytest_sdbench.export.aisimulate.identity import (
+    assert_speculative,
+    cell_id,
+    execution_profile,
+    speculative_identity,
+)
+from pytest_sdbench.export.aisimulate.options import ExportOptions
+from pytest_sdbench.export.aisimulate.selecting import Selected
+from pytest_sdbench.export.aisimulate.vocabulary import (
+    MANIFEST_FILE,
+    PREDICT_FILE,
+    PROFILE_FILE,
+    Refused,
+    parallel_strategy,
+    topology,
+)
 from pytest_sdbench.wire import typed
 
 from . import forge
@@ -415,7 +432,7 @@ def test_table_export_maps_the_profile_and_rows(capsys, tmp_path, json_table):
         assert row["cell_id"] == manifest["cells"][row["workload_kind"]]
     assert len({tuple(r[k] for k in ("cell_id", "batch_size", "total_prefill_tokens",
                                      "total_kv_read_tokens")) for r in rows}) == len(rows)
-    aisimulate.assert_speculative(execution, 3)
+    assert_speculative(execution, 3)
 
 
 def test_config_must_be_the_checkpoint_the_engine_ran(capsys, tmp_path, json_table):
@@ -432,11 +449,11 @@ def test_config_must_be_the_checkpoint_the_engine_ran(capsys, tmp_path, json_tab
 def test_config_not_at_hand_is_refused(tmp_path, cpu_artifact_data):
     data = cpu_artifact_data
     data["identity"]["draft"]["model"]["value"] = str(tmp_path / "absent" / "draft")
-    options = aisimulate.ExportOptions(system="h200_sxm", known_configs={},
+    options = ExportOptions(system="h200_sxm", known_configs={},
                                        user_facts={"target_revision": REV_T,
                                                    "draft_revision": REV_D})
-    with pytest.raises(aisimulate.Refused) as refused:
-        aisimulate.export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
+    with pytest.raises(Refused) as refused:
+        export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
     assert any(r.startswith("identity.draft.config_digest: sha256:") and
                "no config.json with that digest is at hand" in r for r in refused.value.reasons)
 
@@ -503,33 +520,33 @@ def test_preset_configs_are_the_files_a_preset_writes(tmp_path):
 
 
 def test_tensor_parallel_maps_to_the_consumers_tp_preset(tmp_path, cpu_artifact_data):
-    assert aisimulate.topology(2) == {"tp": 2, "pp": 1, "dp": 1, "moe_tp": 1, "moe_ep": 1,
+    assert topology(2) == {"tp": 2, "pp": 1, "dp": 1, "moe_tp": 1, "moe_ep": 1,
                                       "cp": 1}
-    assert (aisimulate.parallel_strategy(1), aisimulate.parallel_strategy(2)) == ("single", "tp")
+    assert (parallel_strategy(1), parallel_strategy(2)) == ("single", "tp")
     precision = {"gemm_quant_mode": "bfloat16", "kv_cache_dtype": "bfloat16"}
-    ids = {aisimulate.cell_id(model_path="/m", system="h200_sxm", phase="decode", tp=tp,
+    ids = {cell_id(model_path="/m", system="h200_sxm", phase="decode", tp=tp,
                               precision=precision, execution=("", "x", "none", "text"))
            for tp in (1, 2)}
     assert len(ids) == 2     # the topology is part of the cell's identity
     data = cpu_artifact_data
     data["identity"]["pipeline_parallel_size"]["value"] = 2
-    options = aisimulate.ExportOptions(envelope_only=True)
-    with pytest.raises(aisimulate.Refused) as refused:
-        aisimulate.export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
+    options = ExportOptions(envelope_only=True)
+    with pytest.raises(Refused) as refused:
+        export_artifact(reseal(data, tmp_path), tmp_path / "out", options)
     assert any(r.startswith("identity.pipeline_parallel_size: 2; the consumer's speculative")
                for r in refused.value.reasons)
 
 
 def test_never_an_autoregressive_identity():
     with pytest.raises(AssertionError, match="must carry its speculative round"):
-        aisimulate.assert_speculative(("", "full", "none", "text"), 3)
-    spec = aisimulate.execution_profile(3, "/draft", REV_D)
-    execution = aisimulate.speculative_identity(REV_T, spec)
-    aisimulate.assert_speculative(execution, 3)
+        assert_speculative(("", "full", "none", "text"), 3)
+    spec = execution_profile(3, "/draft", REV_D)
+    execution = speculative_identity(REV_T, spec)
+    assert_speculative(execution, 3)
     with pytest.raises(AssertionError):
-        aisimulate.assert_speculative(execution, 2)      # a round of another K
+        assert_speculative(execution, 2)      # a round of another K
     with pytest.raises(AssertionError):
-        aisimulate.execution_profile(0, "/draft", REV_D)
+        execution_profile(0, "/draft", REV_D)
 
 
 def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
@@ -543,7 +560,7 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
         raise OSError("disk full")
     monkeypatch.setattr(exporting, "build_envelope", broken)
     with pytest.raises(OSError, match="disk full"):
-        aisimulate.export_artifact(CPU, out, aisimulate.ExportOptions(
+        export_artifact(CPU, out, ExportOptions(
             envelope_only=True, user_facts=USER_REVISIONS))
     assert written(out) == [run_id]     # no staging folder left, the old export intact
     assert (out / run_id / "import-manifest.json").read_text() == before
@@ -568,7 +585,7 @@ def _production(capsys, out, *extra) -> tuple[Path, dict]:
     code, text = export(capsys, [PRODUCTION], out, *PRODUCTION_ARGS, *extra)
     assert code == 0, text
     root = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return root, json.loads((root / aisimulate.MANIFEST_FILE).read_text())
+    return root, json.loads((root / MANIFEST_FILE).read_text())
 
 
 def test_the_consumers_plan_names_the_exported_points_and_binds_every_record(
@@ -612,13 +629,13 @@ def test_facts_the_consumer_reads_come_from_the_artifact(capsys, tmp_path, json_
     assert manifest["facts"]["attention_backend"] == {
         "value": backend,
         "source": "artifact identity.attention_backend (model_runner.attn_groups)"}
-    profile = json.loads((root / aisimulate.PROFILE_FILE).read_text())
+    profile = json.loads((root / PROFILE_FILE).read_text())
     assert profile["deployments"][0]["attention_backend"] == backend
     rows = json.loads((root / manifest["table"]["parquet"]).with_name("rows.json").read_text())
     assert {(r["attention_backend"], r["measurement_reduction"], r["source_sample_count"],
              r["measurement_repeats"]) for r in rows} == {(backend, "single_sample", 1, 1)}
     runs = [r["sdbench_run_acceptance_length"] for r in rows if r["workload_kind"] == "decode"]
-    config = json.loads((root / aisimulate.PREDICT_FILE).read_text())
+    config = json.loads((root / PREDICT_FILE).read_text())
     assert config["engine"]["nextn_accepted"] == round(statistics.fmean(runs) - 1, 4)
     assert config["engine"]["nextn"] == 3
     assert config["engine"]["enable_chunked_prefill"] is True
@@ -696,7 +713,7 @@ def _selected(points):
         requests = [SimpleNamespace(new_tokens=new, kv_tokens=kv) for _ in range(batch)]
         obs = SimpleNamespace(snapshot=SimpleNamespace(requests=requests), graph_mode=mode,
                               point_index=i)
-        chosen.append(aisimulate.Selected("prefill", obs, ()))
+        chosen.append(Selected("prefill", obs, ()))
     return chosen
 
 
@@ -705,12 +722,12 @@ def test_graph_modes_may_change_only_between_adjacent_token_counts():
     (eager): no query lies between; 170 and 200 leave room for one."""
     adjacent = _selected([(3, 64, 0, "piecewise"), (3, 170, 0, "piecewise"),
                           (3, 171, 0, "eager"), (3, 1024, 0, "eager")])
-    assert aisimulate._mode_crossings("prefill", adjacent) == []
+    assert _mode_crossings("prefill", adjacent) == []
     gap = _selected([(3, 170, 0, "piecewise"), (3, 200, 0, "eager")])
-    assert aisimulate._mode_crossings("prefill", gap) == [
+    assert _mode_crossings("prefill", gap) == [
         "batch 3: tokens 510 (piecewise) to 600 (eager)"]
     along_kv = _selected([(1, 64, 0, "piecewise"), (1, 64, 32, "eager")])
-    assert aisimulate._mode_crossings("prefill", along_kv) == [
+    assert _mode_crossings("prefill", along_kv) == [
         "batch 1: KV 0 (piecewise) to 32 (eager)"]
 
 

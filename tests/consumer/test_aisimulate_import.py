@@ -58,7 +58,18 @@ from collector.fpm_forward.runtime_memory import validate_saved_plan
 from collector.fpm_forward.types import ParallelTopology
 
 from pytest_sdbench.cli import main
-from pytest_sdbench.export import aisimulate as exporter
+from pytest_sdbench.export.aisimulate.identity import assert_speculative, execution_profile
+from pytest_sdbench.export.aisimulate.selecting import export_name
+from pytest_sdbench.export.aisimulate.vocabulary import (
+    CONSUMER,
+    CONSUMER_VERSION,
+    ENVELOPE_FILE,
+    MANIFEST_FILE,
+    PROFILE_FILE,
+    PROVENANCE_FILE,
+    SELECTOR_PREFIX,
+    TABLE_POLICY,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_ARTIFACT = ROOT / "tests" / "fixtures" / "cpu-agg-v4.json"
@@ -134,9 +145,9 @@ def export_h200(path: Path, out: Path, acceptance_length: float | None = None,
             extra += ["--acceptance-length", f"{acceptance_length}"]
         code, text = sdbench_export([path], out, *extra)
     assert code == 0, text
-    root = out / exporter.export_name(json.loads(path.read_text())["run_id"],
+    root = out / export_name(json.loads(path.read_text())["run_id"],
                                       acceptance_length, graph_modes)
-    return root, json.loads((root / exporter.MANIFEST_FILE).read_text()), text
+    return root, json.loads((root / MANIFEST_FILE).read_text()), text
 
 
 def acceptance_sweep(path: Path) -> list[float | None]:
@@ -292,7 +303,7 @@ def measured_by_row(artifact_path: Path) -> dict:
 # --- the tests -----------------------------------------------------------------------------
 
 def test_consumer_is_the_version_the_exporter_maps():
-    assert importlib.metadata.version(exporter.CONSUMER) == exporter.CONSUMER_VERSION
+    assert importlib.metadata.version(CONSUMER) == CONSUMER_VERSION
 
 
 def test_cpu_artifact_is_refused_and_its_envelopes_import(tmp_path):
@@ -306,7 +317,7 @@ def test_cpu_artifact_is_refused_and_its_envelopes_import(tmp_path):
     code, text = sdbench_export([CPU_ARTIFACT], tmp_path, "--envelope-only", *REVISIONS)
     assert code == 0, text
     run_id = json.loads(CPU_ARTIFACT.read_text())["run_id"]
-    manifest = json.loads((tmp_path / run_id / exporter.MANIFEST_FILE).read_text())
+    manifest = json.loads((tmp_path / run_id / MANIFEST_FILE).read_text())
     assert manifest["mode"] == "envelope_only"
     assert manifest["table"] is None
     assert {manifest["facts"][n]["source"] for n in ("target_revision", "draft_revision")} == {
@@ -348,7 +359,7 @@ def envelope_cell(cell_id: str, phase: str) -> FPMCell:
 
 
 def minimal_profile() -> dict:
-    spec = exporter.execution_profile(3, "/draft", "2" * 40)
+    spec = execution_profile(3, "/draft", "2" * 40)
     return {"schema_version": 1, "model": "/target", "model_revision": "1" * 40,
             "architecture": "Qwen3ForCausalLM", "context_length": 2048, "num_experts": 0,
             "provenance": "test", "deployments": [{
@@ -368,12 +379,12 @@ def minimal_profile() -> dict:
 def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]:
     """Every consumer step on one export; returns the predicted-vs-measured rows."""
     k = manifest["nextn"]
-    profile = json.loads((root / exporter.PROFILE_FILE).read_text())
+    profile = json.loads((root / PROFILE_FILE).read_text())
     model_profile = load_fpm_profile(profile)
     execution = model_profile.deployments[0].execution_identity(model_profile.model_revision)
     # Our selector is the consumer's Rust-normalized one, our cells its planner's.
     assert list(execution) == manifest["execution_identity"]
-    exporter.assert_speculative(execution, k)
+    assert_speculative(execution, k)
     plan, capability = check_plan_is_the_consumers(root, manifest, execution)
     assert {c.workload_kind: c.cell_id for c in plan.cells} == manifest["cells"]
     dtype = capability.dtype
@@ -432,7 +443,7 @@ def check_import(root: Path, manifest: dict, artifact_path: Path) -> list[tuple]
     for row in sorted(table_rows, key=lambda r: (r["workload_kind"] != "prefill",
                                                  r["sdbench_point_index"])):
         assert row["execution_profile"] == execution[1]
-        assert row["measurement_policy"] == exporter.TABLE_POLICY
+        assert row["measurement_policy"] == TABLE_POLICY
         phase, point = row["workload_kind"], row["sdbench_point_index"]
         seconds = measured["times"][(phase, point, row["sdbench_repeat"])]
         repeats = measured["repeats"][(phase, point)]
@@ -495,8 +506,8 @@ def test_one_phase_h200_artifact_is_refused_and_its_envelopes_import(artifact_pa
                                     *(f"--graph-mode={phase}={mode}"
                                       for phase, mode in graph.items()))
         assert code == 0, text
-        root = tmp_path / exporter.export_name(run_id, None, graph)
-        manifest = json.loads((root / exporter.MANIFEST_FILE).read_text())
+        root = tmp_path / export_name(run_id, None, graph)
+        manifest = json.loads((root / MANIFEST_FILE).read_text())
         for phase, cell in manifest["cells"].items():
             collection = validate_native_collection(
                 envelope_cell(cell, phase), root / "campaign" / "cells" / cell / "raw",
@@ -536,7 +547,7 @@ def _first_h200() -> tuple[Path, float | None, dict[str, str]]:
 def exported(tmp_path):
     path, acceptance_length, graph_modes = _first_h200()
     root, manifest, _ = export_h200(path, tmp_path, acceptance_length, graph_modes)
-    profile = json.loads((root / exporter.PROFILE_FILE).read_text())
+    profile = json.loads((root / PROFILE_FILE).read_text())
     systems = with_system_yaml(root / manifest["table"]["systems_root"], SYSTEM)
     return root, manifest, profile, systems
 
@@ -578,7 +589,7 @@ def edited_cell(exported, phase: str, name: str, edit) -> tuple[FPMCell, Path, o
     cell = next(c for c in plan.cells if c.workload_kind == phase)
     raw = root.parent / name / "raw"
     shutil.copytree(root / "campaign" / "cells" / cell.cell_id / "raw", raw)
-    envelope_path = next(raw.glob(f"*/{exporter.ENVELOPE_FILE}"))
+    envelope_path = next(raw.glob(f"*/{ENVELOPE_FILE}"))
     envelope = json.loads(envelope_path.read_text())
     edit(envelope)
     envelope["timing"]["measured_iteration_seconds"] = math.fsum(
@@ -769,10 +780,10 @@ def test_exporter_never_writes_an_autoregressive_identity(exported, tmp_path):
     k = manifest["nextn"]
     assert profile["deployments"][0]["execution_profile"]["num_draft_tokens"] == k
     rows = pq.read_table(root / manifest["table"]["parquet"]).to_pylist()
-    assert all(r["execution_profile"].startswith(exporter.SELECTOR_PREFIX) for r in rows)
+    assert all(r["execution_profile"].startswith(SELECTOR_PREFIX) for r in rows)
     assert all(r["execution_profile"] != LEGACY_EXECUTION_IDENTITY[1] for r in rows)
     with pytest.raises(AssertionError, match="must carry its speculative round"):
-        exporter.assert_speculative(LEGACY_EXECUTION_IDENTITY, k)
+        assert_speculative(LEGACY_EXECUTION_IDENTITY, k)
     ar = copy.deepcopy(profile)
     del ar["deployments"][0]["execution_profile"]
     message = refused(lambda: rust_model(manifest, ar, nextn=k, systems=systems))
@@ -786,7 +797,7 @@ def test_exporter_never_writes_an_autoregressive_identity(exported, tmp_path):
         ours = manifest["cells"][cell.workload_kind]
         raw = legacy_root / "campaign" / "cells" / cell.cell_id / "raw"
         shutil.copytree(root / "campaign" / "cells" / ours / "raw", raw)
-        provenance = next(raw.glob(f"*/{exporter.PROVENANCE_FILE}"))
+        provenance = next(raw.glob(f"*/{PROVENANCE_FILE}"))
         provenance.write_text(json.dumps(dict(json.loads(provenance.read_text()),
                                               cell_id=cell.cell_id)))
         legacy_manifest["cells"][cell.workload_kind] = cell.cell_id

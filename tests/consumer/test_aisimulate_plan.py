@@ -43,7 +43,7 @@ from collector.fpm_forward.repeatability import (
 )
 from collector.fpm_forward.runner import _validate_points_receipts
 
-from pytest_sdbench.export import aisimulate as exporter
+from pytest_sdbench.export.aisimulate.vocabulary import MANIFEST_FILE, PREDICT_FILE, PROFILE_FILE
 from pytest_sdbench.points.consumer import direct_grid, native_grid, prefill_sampling
 from pytest_sdbench.wire.points import EngineLimits
 
@@ -69,7 +69,7 @@ def export_production(out: Path, *extra: str) -> tuple[Path, dict]:
     assert code == 0, text
     print(text)
     root = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return root, json.loads((root / exporter.MANIFEST_FILE).read_text())
+    return root, json.loads((root / MANIFEST_FILE).read_text())
 
 
 # --- its prefill plan --------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_export_plan_passes_the_consumers_readers(tmp_path):
 def test_nextn_accepted_outside_the_rows_is_refused(tmp_path):
     root, manifest = export_production(tmp_path / "ok")
     acceptance = manifest["acceptance"]
-    config = json.loads((root / exporter.PREDICT_FILE).read_text())
+    config = json.loads((root / PREDICT_FILE).read_text())
     assert config["engine"]["nextn_accepted"] == acceptance["nextn_accepted"] == round(
         acceptance["rows_run_acceptance_length"]["mean"] - 1, 4)
     code, text = sdbench_export([PRODUCTION], tmp_path / "bad", "--system", SYSTEM, *REVISIONS,
@@ -193,7 +193,7 @@ def test_a_cpu_collection_of_the_grid_imports_as_envelopes(tmp_path):
     code, text = sdbench_export([fixture], tmp_path, "--envelope-only", *REVISIONS)
     assert code == 0, text
     root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
-    manifest = json.loads((root / exporter.MANIFEST_FILE).read_text())
+    manifest = json.loads((root / MANIFEST_FILE).read_text())
     grid = json.loads(fixture.read_text())["grid"]
     for phase, cell in manifest["cells"].items():
         collection = validate_native_collection(
@@ -210,7 +210,7 @@ def test_a_cpu_collection_of_the_grid_imports_as_envelopes(tmp_path):
 
 def onboarding_request(root: Path, manifest: dict) -> Path:
     """The user's reviewed onboarding request for the export's deployment."""
-    profile = json.loads((root / exporter.PROFILE_FILE).read_text())
+    profile = json.loads((root / PROFILE_FILE).read_text())
     facts = {name: fact["value"] for name, fact in manifest["facts"].items()}
     request = {
         "schema_version": "aisimulate-support-request/v2",
@@ -319,11 +319,11 @@ def grid_table(root: Path, manifest: dict, limits: EngineLimits) -> None:
         rows.append(dict(template["decode"], batch_size=d.batch_size, total_prefill_tokens=0,
                          total_kv_read_tokens=kv, latency_ms=3 + 0.02 * d.batch_size + 1e-5 * kv))
     rewrite_table(root, manifest, rows)
-    profile = json.loads((root / exporter.PROFILE_FILE).read_text())
+    profile = json.loads((root / PROFILE_FILE).read_text())
     profile["context_length"] = limits.max_model_len
     profile["deployments"][0]["resources"]["runtime_memory"]["max_model_len"] = \
         limits.max_model_len
-    (root / exporter.PROFILE_FILE).write_text(json.dumps(profile))
+    (root / PROFILE_FILE).write_text(json.dumps(profile))
     print(f"--grid aisimulate for max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens "
           f"{limits.max_num_batched_tokens}, max_model_len {limits.max_model_len}: "
           f"{len(grid.prefill)} prefill + {len(grid.decode)} decode = {len(grid)} points")
@@ -341,8 +341,8 @@ def test_every_predict_query_lands_on_the_grid(tmp_path, chunked):
     limits = EngineLimits(3, 16, 64, 16384, 9216, 71560 * 16, CAPTURES, True)
     grid_table(root, manifest, limits)
     shutil.copy(PACKAGED_SYSTEMS / f"{SYSTEM}.yaml", root / "systems" / f"{SYSTEM}.yaml")
-    config = json.loads((root / exporter.PREDICT_FILE).read_text())
-    config["engine"]["fpm_profile"] = json.loads((root / exporter.PROFILE_FILE).read_text())
+    config = json.loads((root / PREDICT_FILE).read_text())
+    config["engine"]["fpm_profile"] = json.loads((root / PROFILE_FILE).read_text())
     config["engine"]["enable_chunked_prefill"] = chunked
     results = run_cases(config, tmp_path)
     print_cases(f"predict, constructed latencies at the grid's coordinates, chunked prefill "
@@ -381,7 +381,7 @@ def test_predict_runs_every_case_on_the_committed_profile(tmp_path):
     assert code == 0, text
     root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
     shutil.copy(PACKAGED_SYSTEMS / f"{SYSTEM}.yaml", root / "systems" / f"{SYSTEM}.yaml")
-    config = json.loads((root / exporter.PREDICT_FILE).read_text())
+    config = json.loads((root / PREDICT_FILE).read_text())
     results = run_cases(config, tmp_path)
     print_cases(f"predict on {first.relative_to(ROOT)} (nextn {config['engine']['nextn']}, "
                 f"nextn_accepted {config['engine']['nextn_accepted']})", results)

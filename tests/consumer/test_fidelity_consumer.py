@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench.export import aisimulate as exporter
+from pytest_sdbench.export.aisimulate.vocabulary import CONSUMER_VERSION
 from pytest_sdbench.fidelity.predict import profile_points
 from pytest_sdbench.fidelity.report import CONSUMER, OURS
 from pytest_sdbench.fidelity.run import report
@@ -42,7 +42,7 @@ def test_the_consumer_prices_every_step_its_table_covers(h200_report):
     figures, rows = h200_report.figures, h200_report.rows
     consumer = figures["predictors"][CONSUMER]
     assert consumer["status"] == "run", consumer
-    assert consumer["version"] == exporter.CONSUMER_VERSION
+    assert consumer["version"] == CONSUMER_VERSION
     # one graph mode per phase: prefill ran eager and piecewise, the export keeps eager
     assert consumer["graph_modes"] == {"prefill": "eager"}
     by_mode = {}
