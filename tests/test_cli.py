@@ -195,9 +195,11 @@ def test_kill_interrupts_a_command_started_in_the_background(tmp_path, signum, l
     os.mkfifo(fifo)
     command = [_sdbench()] if launcher == "script" else [sys.executable, "-m",
                                                          "pytest_sdbench.cli"]
-    proc = subprocess.Popen([*command, "show", str(fifo)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    # SIGINT ignored as a background job gets it: through sh's trap, which exec keeps; not a
+    # preexec_fn, which can deadlock a forked child of a process with threads (torch's)
+    proc = subprocess.Popen(["/bin/sh", "-c", "trap '' INT; exec \"$@\"", "sh", *command,
+                             "show", str(fifo)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     writer = None
     try:
         writer = _writer_once_read(fifo, proc)
