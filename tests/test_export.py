@@ -674,6 +674,32 @@ def test_repeatability_takes_one_sample_per_engine_start_of_back_to_back_repeats
     assert f"--repeats-from {PRODUCTION_K1}: integrity.identity_digest" in out
 
 
+REPEATABILITY_A = ROOT / "docs/evidence/h200/repeatability/sdbench-agg-046e3aacf413.json"
+REPEATABILITY_B = ROOT / "docs/evidence/h200/repeatability/sdbench-agg-9aa6bd49eaa6.json"
+
+
+def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, json_table):
+    """Issue 17's H200 pair (5 rounds each, two engine starts): one sample per round, 10 a
+    point, so the consumer's rule gives a verdict (passed or failed), never incomplete; the
+    verdict follows from the points' own statuses."""
+    code, text = export(capsys, [REPEATABILITY_A], tmp_path, "--system", "h200_sxm",
+                        *REVISIONS, "--acceptance-length", "2.78",
+                        "--graph-mode", "prefill=eager", "--repeats-from", str(REPEATABILITY_B))
+    assert code == 0, text
+    root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    report = json.loads((root / "repeatability.json").read_text())
+    print(f"repeatability of the H200 pair: {report['status']} {report['point_counts']}, "
+          f"CV {report['cv']}, agreement {report['source_relative_difference']}")
+    assert [s["sample_kind"] for s in report["engine_starts"]] == ["round", "round"]
+    for point in report["points"]:
+        assert point["sample_count"] == 10
+        assert sorted((s["engine_start"], s["round"]) for s in point["samples"]) == \
+            [(start, r) for start in (0, 1) for r in range(5)]
+        assert point["status"] in ("passed", "unstable")
+    failed = report["point_counts"].get("unstable", 0) + report["source_agreement_failed"]
+    assert report["status"] == ("failed" if failed else "passed")
+
+
 def test_repeatability_counts_five_samples_as_the_consumer_does():
     """The consumer's rule on constructed samples: CV with n - 1 against 5%, agreement of
     the median with the row against 5%."""
