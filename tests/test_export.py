@@ -581,8 +581,8 @@ PRODUCTION_ARGS = ["--system", "h200_sxm", *REVISIONS, "--acceptance-length", "2
                    "--graph-mode", "prefill=eager"]
 
 
-def _production(capsys, out, *extra) -> tuple[Path, dict]:
-    code, text = export(capsys, [PRODUCTION], out, *PRODUCTION_ARGS, *extra)
+def _production(capsys, out, *extra, artifact: Path = PRODUCTION) -> tuple[Path, dict]:
+    code, text = export(capsys, [artifact], out, *PRODUCTION_ARGS, *extra)
     assert code == 0, text
     root = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
     return root, json.loads((root / MANIFEST_FILE).read_text())
@@ -682,11 +682,8 @@ def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, 
     """Issue 17's H200 pair (5 rounds each, two engine starts): one sample per round, 10 a
     point, so the consumer's rule gives a verdict (passed or failed), never incomplete; the
     verdict follows from the points' own statuses."""
-    code, text = export(capsys, [REPEATABILITY_A], tmp_path, "--system", "h200_sxm",
-                        *REVISIONS, "--acceptance-length", "2.78",
-                        "--graph-mode", "prefill=eager", "--repeats-from", str(REPEATABILITY_B))
-    assert code == 0, text
-    root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    root, _ = _production(capsys, tmp_path, "--repeats-from", str(REPEATABILITY_B),
+                          artifact=REPEATABILITY_A)
     report = json.loads((root / "repeatability.json").read_text())
     print(f"repeatability of the H200 pair: {report['status']} {report['point_counts']}, "
           f"CV {report['cv']}, agreement {report['source_relative_difference']}")
