@@ -6,7 +6,10 @@
 # report of the pair (scripts/repeatability-report.py).
 #   bash scripts/gpu-repeatability.sh qwen3-0.6b a [extra sdbench collect args]
 # Artifacts stay in /root/runs/repeatability/PRESET-NAME for the lease; the log, the artifact
-# and the report are copied to $OUT (default ./gpu-out).
+# and the report are copied to $OUT (default ./gpu-out). Beside the collection, nvidia-smi
+# reads the GPU's clocks, temperature and power once a second (read only: nothing is set) into
+# gpu-clocks-PRESET-NAME.csv, so that a run that disagrees can be checked against the GPU's
+# own speed; the log gives the UTC time the command started.
 set -uo pipefail
 preset=${1:?preset}; name=${2:?run name}; shift 2
 runs=/root/runs/repeatability; out=${OUT:-gpu-out}
@@ -17,9 +20,14 @@ args=(collect --mode agg --preset "$preset" --vllm-defaults --k 3 --repeats 5
       --grid docs/evidence/h200/repeatability/grid-k3.json --out "$runs/$preset-$name" "$@")
 log=$out/collect-$preset-$name.log
 start=$(date +%s)
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu,clocks_event_reasons.active \
+  --format=csv -lms 1000 > "$out/gpu-clocks-$preset-$name.csv" 2>&1 &
+smi=$!
 { echo "\$ python3 -m pytest_sdbench.cli ${args[*]}"
+  echo "started $(date -u +%FT%T.%3NZ)"
   nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader
   python3 -m pytest_sdbench.cli "${args[@]}" 2>&1; echo "collect exit $?"; } > "$log"
+kill "$smi" 2>/dev/null
 echo "$preset $name: $(( $(date +%s) - start )) s wall, engine start included" | tee -a "$log"
 grep -E "^sdbench: engine started|^wrote|^collect exit|Error|error" "$log" | tail -5
 cp "$runs/$preset-$name"/sdbench-agg-*.json "$out/" 2>/dev/null
