@@ -9,7 +9,7 @@
 # `wait` copies into $OUT what finished since the last call (artifacts gzipped), at most 8
 # files a call, so each device command brings back what is done even if the lease ends.
 set -uo pipefail
-verb=${1:?start or wait}; root=/root/issue17; out=${OUT:-gpu-out}; mkdir -p "$root" "$out"
+verb=${1:?start or wait}; shift; root=/root/issue17; out=${OUT:-gpu-out}; mkdir -p "$root" "$out"
 if [ "$verb" = start ]; then
   setsid bash -c '
     OUT='"$root"'/8b-a bash scripts/gpu-repeatability.sh qwen3-8b a > '"$root"'/8b-a.txt 2>&1
