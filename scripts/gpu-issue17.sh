@@ -4,19 +4,24 @@
 #   1-2. the qwen3-8b pair: scripts/gpu-repeatability.sh qwen3-8b a, then b (5 rounds each);
 #   3.   the production profiles with rounds: scripts/gpu-production.sh "2 4 5 1"
 #        (K=3 with rounds is the qwen3-0.6b pair of docs/evidence/h200/repeatability).
-#   bash scripts/gpu-issue17.sh start
-#   bash scripts/gpu-issue17.sh wait [SECONDS]   # exit 0 all done, 3 still running
+#   bash scripts/gpu-issue17.sh start [STAGE...]   # 8b, production (default: both)
+#   bash scripts/gpu-issue17.sh wait [SECONDS]     # exit 0 all done, 3 still running
 # `wait` copies into $OUT what finished since the last call (artifacts gzipped), at most 8
 # files a call, so each device command brings back what is done even if the lease ends.
 set -uo pipefail
-verb=${1:?start or wait}; shift; root=/root/issue17; out=${OUT:-gpu-out}; mkdir -p "$root" "$out"
+verb=${1:?start or wait}; shift; root=${ISSUE17_ROOT:-/root/issue17}; out=${OUT:-gpu-out}; mkdir -p "$root" "$out"
 if [ "$verb" = start ]; then
+  stages=" ${*:-8b production} "
   setsid bash -c '
-    OUT='"$root"'/8b-a bash scripts/gpu-repeatability.sh qwen3-8b a > '"$root"'/8b-a.txt 2>&1
-    OUT='"$root"'/8b-b bash scripts/gpu-repeatability.sh qwen3-8b b > '"$root"'/8b-b.txt 2>&1
-    OUT='"$root"' bash scripts/gpu-production.sh "2 4 5 1" > '"$root"'/production.txt 2>&1
-    touch '"$root"'/done' < /dev/null > /dev/null 2>&1 &
-  echo "started: $root"; exit 0
+    if [[ "$1" == *" 8b "* ]]; then
+      OUT='"$root"'/8b-a bash scripts/gpu-repeatability.sh qwen3-8b a > '"$root"'/8b-a.txt 2>&1
+      OUT='"$root"'/8b-b bash scripts/gpu-repeatability.sh qwen3-8b b > '"$root"'/8b-b.txt 2>&1
+    fi
+    if [[ "$1" == *" production "* ]]; then
+      OUT='"$root"' bash scripts/gpu-production.sh "2 4 5 1" > '"$root"'/production.txt 2>&1
+    fi
+    touch '"$root"'/done' _ "$stages" < /dev/null > /dev/null 2>&1 &
+  echo "started:$stages in $root"; exit 0
 fi
 limit=${1:-540}; waited=0
 while [ ! -e "$root/done" ] && [ "$waited" -lt "$limit" ]; do sleep 5; waited=$((waited + 5)); done
@@ -28,8 +33,8 @@ for f in "$root"/8b-*/sdbench-agg-*.json "$root"/production/sdbench-agg-*.json \
          "$root"/production/collect-k*.log; do
   [ -e "$f" ] || continue; grep -qxF "$f" "$root/copied" && continue
   case $f in
-    */8b-a/*.log|*/8b-a/*.csv) [ -e "$root/8b-b.txt" ] || continue ;;
-    */8b-b/*.log|*/8b-b/*.csv) [ -e "$root/production.txt" ] || continue ;;
+    */8b-a/*.log|*/8b-a/*.csv) [ -e "$root/8b-b.txt" ] || [ -e "$root/done" ] || continue ;;
+    */8b-b/*.log|*/8b-b/*.csv) [ -e "$root/production.txt" ] || [ -e "$root/done" ] || continue ;;
     */production/*.log) grep -q "^collect exit" "$f" || continue ;;
   esac
   [ "$n" -lt 8 ] || break

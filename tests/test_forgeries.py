@@ -15,6 +15,7 @@ eager; schema v3, read as legacy); a legacy base's forgeries stay in its version
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import math
 import random
@@ -1224,12 +1225,19 @@ def _write_hostile(tmp_path, kind: str):
         path.write_text('{"schema_version": ' + "9" * 100_000 + "}")
     elif kind == "not-utf8":
         path.write_bytes(b'{"run_id": "\xff\xfe"}')
+    elif kind == "gzip-bomb":   # 200 KiB on disk, one byte past the cap once inflated
+        with gzip.open(path, "wb") as handle:
+            for _ in range(MAX_ARTIFACT_BYTES // (1 << 20)):
+                handle.write(b" " * (1 << 20))
+            handle.write(b" " * (MAX_ARTIFACT_BYTES % (1 << 20) + 1))
+    elif kind == "broken-gzip":
+        path.write_bytes(gzip.compress(json.dumps(load("cpu-v5")).encode())[:4096])
     return path
 
 
 HOSTILE = ["deep-arrays", "deep-in-an-artifact", "deep-objects", "duplicate-key",
            "duplicate-nested-key", "oversized", "just-over-the-cap", "huge-integer",
-           "not-utf8"]
+           "not-utf8", "gzip-bomb", "broken-gzip"]
 REASON = {"deep-arrays": f"nested 200000 levels deep, over the cap of {MAX_JSON_DEPTH}",
           "deep-in-an-artifact": "levels deep, over the cap",
           "deep-objects": "nested 50000 levels deep",
@@ -1238,7 +1246,9 @@ REASON = {"deep-arrays": f"nested 200000 levels deep, over the cap of {MAX_JSON_
           "oversized": f"209715200 bytes, over the cap of {MAX_ARTIFACT_BYTES} bytes",
           "just-over-the-cap": f"over the cap of {MAX_ARTIFACT_BYTES} bytes",
           "huge-integer": "not usable JSON (ValueError: Exceeds the limit",
-          "not-utf8": "not UTF-8 text"}
+          "not-utf8": "not UTF-8 text",
+          "gzip-bomb": f"inflates past the cap of {MAX_ARTIFACT_BYTES} bytes",
+          "broken-gzip": "gzip data that cannot be read"}
 
 
 # How each is refused before it could cost time or memory: an oversized file unread (its

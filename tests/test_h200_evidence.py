@@ -13,8 +13,8 @@ from pytest_sdbench.artifact.validate.report import validate_data
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "h200"
 ARTIFACTS = sorted(EVIDENCE.glob("artifacts-*/*.json"))
-EVERY_ARTIFACT = sorted(p for p in EVIDENCE.parent.glob("h200*/**/sdbench-*.json")
-                        if "-index" not in p.name)
+EVERY_ARTIFACT = sorted(p for pattern in ("h200*/**/sdbench-*.json", "h200*/**/sdbench-*.json.gz")
+                        for p in EVIDENCE.parent.glob(pattern) if "-index" not in p.name)
 
 
 def test_evidence_is_present():

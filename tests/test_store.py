@@ -1,5 +1,6 @@
 """Artifacts are written atomically: complete or not at all."""
 
+import gzip
 import json
 
 import pytest
@@ -31,3 +32,10 @@ def test_read_json_refuses_non_objects(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(store.UnusableArtifact, match="a JSON list, not an artifact object"):
         store.read_json(path)
+
+
+def test_read_json_reads_a_gzipped_artifact_as_its_json(tmp_path):
+    data = {"run_id": "x", "decode": [{"a": 1}]}
+    path = tmp_path / "a.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert store.read_json(path) == data

@@ -1,13 +1,17 @@
 """Writing and reading artifact files. Writes are atomic (files.atomic_write_text): a
 reader never sees half an artifact. Reads refuse hostile JSON before parsing it: a file
-over MAX_ARTIFACT_BYTES (checked before it is read), nesting deeper than MAX_JSON_DEPTH
-(scanned before json.loads, which would recurse), and duplicate keys (which value would
-count?); each is an UnusableArtifact with one line that says why."""
+over MAX_ARTIFACT_BYTES (checked before it is read, and again after a gzipped file is
+inflated), nesting deeper than MAX_JSON_DEPTH (scanned before json.loads, which would
+recurse), and duplicate keys (which value would count?); each is an UnusableArtifact with one
+line that says why. A gzipped artifact (how large evidence is committed) reads as its JSON."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import re
+import zlib
 from array import array
 from itertools import accumulate
 from pathlib import Path
@@ -77,6 +81,23 @@ def parse_json(text: str, name: str = "<input>") -> dict:
     return data
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(raw: bytes, path: Path) -> bytes:
+    """The JSON inside a gzipped file, inflated no further than the cap: a small file that
+    would inflate past it is refused, not expanded."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
+            inflated = handle.read(MAX_ARTIFACT_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UnusableArtifact(f"{path}: gzip data that cannot be read ({exc})") from None
+    if len(inflated) > MAX_ARTIFACT_BYTES:
+        raise UnusableArtifact(f"{path}: inflates past the cap of {MAX_ARTIFACT_BYTES} bytes "
+                               "(MAX_ARTIFACT_BYTES); refused")
+    return inflated
+
+
 def read_json(path: str | Path) -> dict:
     path = Path(path)
     try:
@@ -93,6 +114,8 @@ def read_json(path: str | Path) -> dict:
     if len(raw) > MAX_ARTIFACT_BYTES:
         raise UnusableArtifact(f"{path}: over the cap of {MAX_ARTIFACT_BYTES} bytes "
                                "(MAX_ARTIFACT_BYTES); refused")
+    if raw.startswith(_GZIP_MAGIC):
+        raw = _gunzip(raw, path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
