@@ -6,7 +6,9 @@
 # (ours) written with the run into one folder. AISimulate's side (not on this host) is added
 # afterwards where its environment is: sdbench fidelity --report DIR --consumer-python PY.
 #   bash scripts/gpu-fidelity.sh PROFILE.json [extra sdbench fidelity args]
-# Everything goes to $OUT/fidelity/<profile stem> (default ./gpu-out/fidelity/...).
+# Everything goes to $OUT/fidelity/<profile stem> (default ./gpu-out/fidelity/...), with the
+# GPU's clocks, power and event reasons read once a second beside the run (gpu-clocks.csv;
+# nvidia-smi, read only), to set the served steps' clock beside the profile's.
 # H200 time: the engine start (45-160 s), 8 warm-up requests, then 2 x (30 s of arrivals +
 # the last requests' drain): about 70-90 s past the start for qwen3-0.6b.
 set -uo pipefail
@@ -16,11 +18,15 @@ export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 
 args=(fidelity "$profile" --rate 4 --rate 16 --duration 30 --input-len 1024-3072
       --output-len 64-256 --seed 0 --out "$out" "$@")
 python3 -c "import matplotlib" 2>/dev/null || args+=(--no-plots)   # drawn at --report time
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu,clocks_event_reasons.active \
+  --format=csv -lms 1000 > "$out/gpu-clocks.csv" 2>&1 &
+smi=$!
 start=$(date +%s)
 { echo "\$ python3 -m pytest_sdbench.cli ${args[*]}"
   nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv
   python3 -m pytest_sdbench.cli "${args[@]}" 2>&1; echo "fidelity exit $?"; } \
   | tee "$out/fidelity.log"
+kill "$smi" 2>/dev/null
 rc=$(sed -n 's/^fidelity exit //p' "$out/fidelity.log" | tail -1)
 echo "fidelity: exit $rc, $(( $(date +%s) - start )) s wall" | tee -a "$out/fidelity.log"
 exit "$rc"
