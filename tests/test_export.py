@@ -674,18 +674,26 @@ def test_repeatability_takes_one_sample_per_engine_start_of_back_to_back_repeats
     assert f"--repeats-from {PRODUCTION_K1}: integrity.identity_digest" in out
 
 
-REPEATABILITY_A = ROOT / "docs/evidence/h200/repeatability/sdbench-agg-046e3aacf413.json"
-REPEATABILITY_B = ROOT / "docs/evidence/h200/repeatability/sdbench-agg-9aa6bd49eaa6.json"
+REPEATABILITY = ROOT / "docs/evidence/h200/repeatability"
+# Issue 17's H200 pairs: two engine starts of 5 rounds each on the K=3 production grid
+REPEATABILITY_PAIRS = {
+    "qwen3-0.6b": (REPEATABILITY / "sdbench-agg-046e3aacf413.json",
+                   REPEATABILITY / "sdbench-agg-9aa6bd49eaa6.json"),
+    "qwen3-8b": (REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-8200f51bb8f5.json.gz",
+                 REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-2427be80c94d.json.gz"),
+}
 
 
-def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, json_table):
-    """Issue 17's H200 pair (5 rounds each, two engine starts): one sample per round, 10 a
+@pytest.mark.parametrize("preset", REPEATABILITY_PAIRS)
+def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, json_table,
+                                                               preset):
+    """Issue 17's H200 pairs (5 rounds each, two engine starts): one sample per round, 10 a
     point, so the consumer's rule gives a verdict (passed or failed), never incomplete; the
     verdict follows from the points' own statuses."""
-    root, _ = _production(capsys, tmp_path, "--repeats-from", str(REPEATABILITY_B),
-                          artifact=REPEATABILITY_A)
+    first, second = REPEATABILITY_PAIRS[preset]
+    root, _ = _production(capsys, tmp_path, "--repeats-from", str(second), artifact=first)
     report = json.loads((root / "repeatability.json").read_text())
-    print(f"repeatability of the H200 pair: {report['status']} {report['point_counts']}, "
+    print(f"repeatability of the {preset} H200 pair: {report['status']} {report['point_counts']}, "
           f"CV {report['cv']}, agreement {report['source_relative_difference']}")
     assert [s["sample_kind"] for s in report["engine_starts"]] == ["round", "round"]
     for point in report["points"]:
