@@ -18,8 +18,7 @@ export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 
 args=(fidelity "$profile" --rate 4 --rate 16 --duration 30 --input-len 1024-3072
       --output-len 64-256 --seed 0 --out "$out" "$@")
 python3 -c "import matplotlib" 2>/dev/null || args+=(--no-plots)   # drawn at --report time
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu,clocks_event_reasons.active \
-  --format=csv -lms 1000 > "$out/gpu-clocks.csv" 2>&1 &
+bash scripts/gpu-clocks.sh "$out/gpu-clocks.csv" &
 smi=$!
 start=$(date +%s)
 { echo "\$ python3 -m pytest_sdbench.cli ${args[*]}"

@@ -20,8 +20,7 @@ args=(collect --mode agg --preset "$preset" --vllm-defaults --k 3 --repeats 5
       --grid docs/evidence/h200/repeatability/grid-k3.json --out "$runs/$preset-$name" "$@")
 log=$out/collect-$preset-$name.log
 start=$(date +%s)
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu,clocks_event_reasons.active \
-  --format=csv -lms 1000 > "$out/gpu-clocks-$preset-$name.csv" 2>&1 &
+bash scripts/gpu-clocks.sh "$out/gpu-clocks-$preset-$name.csv" &
 smi=$!
 { echo "\$ python3 -m pytest_sdbench.cli ${args[*]}"
   echo "started $(date -u +%FT%T.%3NZ)"
