@@ -7,13 +7,13 @@ ratio. Prints the correlations (of the logs) and the clock's range.
   python scripts/repeatability-clocks.py A.json[.gz] A.log A.csv B.json[.gz] B.log B.csv"""
 
 import csv
-import gzip
-import json
 import math
 import re
 import statistics as st
 import sys
 from datetime import datetime, timezone
+
+from pytest_sdbench.artifact.store import read_json  # plain or gzipped, within the caps
 
 ITEM = re.compile(r"^sdbench \[\d+/\d+\] round (\d+)/\d+ (prefill|decode)\[(\d+)\] .*"
                   r"\(([\d.]+) s\)$")
@@ -48,8 +48,7 @@ Sample = tuple[float, int, int]   # step seconds, SM MHz, event reasons
 
 
 def samples(artifact: str, log: str, clock_csv: str) -> dict[tuple[str, int], list[Sample]]:
-    with (gzip.open if artifact.endswith(".gz") else open)(artifact, "rt") as handle:
-        data = json.load(handle)
+    data = read_json(artifact)
     t0 = datetime.fromisoformat(data["started_at"]).timestamp()
     starts, clocks = item_starts(log), read_clocks(clock_csv)
     points: dict[tuple[str, int], list[Sample]] = {}
