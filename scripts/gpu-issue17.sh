@@ -30,12 +30,14 @@ touch "$root/copied"; n=0
 # finished files only: artifacts are written whole at the end; logs once their stage is over
 for f in "$root"/8b-*/sdbench-agg-*.json "$root"/production/sdbench-agg-*.json \
          "$root"/8b-*/collect-*.log "$root"/8b-*/gpu-clocks-*.csv "$root"/8b-b/report-*.txt \
-         "$root"/production/collect-k*.log; do
+         "$root"/production/collect-k*.log "$root"/production/gpu-clocks-k*.csv; do
   [ -e "$f" ] || continue; grep -qxF "$f" "$root/copied" && continue
   case $f in
     */8b-a/*.log|*/8b-a/*.csv) [ -e "$root/8b-b.txt" ] || [ -e "$root/done" ] || continue ;;
     */8b-b/*.log|*/8b-b/*.csv) [ -e "$root/production.txt" ] || [ -e "$root/done" ] || continue ;;
     */production/*.log) grep -q "^collect exit" "$f" || continue ;;
+    */production/gpu-clocks-k*.csv) k=${f##*-k}; k=${k%.csv}
+      grep -qs "^collect exit" "$root"/production/collect-k"$k"-*.log || continue ;;
   esac
   [ "$n" -lt 8 ] || break
   case $f in *.json) gzip -c "$f" > "$out/$(basename "$(dirname "$f")")-$(basename "$f").gz" ;;

@@ -7,7 +7,8 @@
 # docs/evidence/h200/repeatability/grid-k3.json), so the profile in rounds sits beside it point
 # for point; without such a file the engine's limits derive the grid.
 #   bash scripts/gpu-production.sh "1 2 3 4 5" [extra sdbench collect args]
-# Artifacts and logs go to $OUT/production (default ./gpu-out/production).
+# Artifacts, logs and the GPU's clocks beside each K (scripts/gpu-clocks.sh, read only) go to
+# $OUT/production (default ./gpu-out/production).
 set -uo pipefail
 ks=${1:-"1 2 3 4 5"}; shift || true
 out=${OUT:-gpu-out}/production; mkdir -p "$out"
@@ -24,9 +25,11 @@ for k in $ks; do
   done
   args+=("$@")
   start=$(date +%s)
+  bash scripts/gpu-clocks.sh "$out/gpu-clocks-k$k.csv" & clocks=$!
   { echo "\$ python3 -m pytest_sdbench.cli ${args[*]}"
     python3 -m pytest_sdbench.cli "${args[@]}" 2>&1; echo "collect exit $?"; } \
     | tee "$out/collect-k$k-$(date +%H%M%S).log" | grep -v '^sdbench \[' | tail -5
+  kill "$clocks" 2>/dev/null
   echo "K=$k: $(( $(date +%s) - start )) s wall"
   code=$(sed -n 's/^collect exit //p' "$out"/collect-k"$k"-*.log | tail -1)
   [ "$code" = 0 ] || rc=1
