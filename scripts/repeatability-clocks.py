@@ -3,8 +3,9 @@
 the SM clock nvidia-smi read (once a second) when the log says the sample's work item started
 (the artifact's started_at plus the item's elapsed time), against the sample's step time
 relative to its point's median; per point, the two runs' clock ratio against their median
-ratio. Prints the correlations (of the logs) and the clock's range.
-  python scripts/repeatability-clocks.py A.json[.gz] A.log A.csv B.json[.gz] B.log B.csv"""
+ratio. Prints the correlations (of the logs) and the clock's range. One run, or more than two
+(different grids), gets the within-run figures only.
+  python scripts/repeatability-clocks.py A.json[.gz] A.log A.csv [B.json[.gz] B.log B.csv ...]"""
 
 import csv
 import math
@@ -94,10 +95,14 @@ def across_runs(a: dict[tuple[str, int], list[Sample]],
 
 
 def main(args: list[str]) -> None:
-    runs = [samples(*args[0:3]), samples(*args[3:6])]
-    for name, points in zip("AB", runs, strict=True):
+    if not args or len(args) % 3:
+        sys.exit(__doc__)
+    runs = [samples(*args[i:i + 3]) for i in range(0, len(args), 3)]
+    for number, points in enumerate(runs):
+        name = chr(ord("A") + number)
         within_run(name, points)
-    across_runs(*runs)
+    if len(runs) == 2:   # a pair of the same grid: does the clock explain their disagreement?
+        across_runs(*runs)
     every = [s for points in runs for ss in points.values() for s in ss]
     mhz = [s[1] for s in every]
     q = st.quantiles(mhz, n=10)

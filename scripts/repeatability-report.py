@@ -89,8 +89,10 @@ def main(argv=None) -> int:
     slow = [r[3] for r in rows
             if min(r[1].median_seconds, r[2].median_seconds) * 1e3 >= args.min_ms]
     print(_line(f"  points whose median step >= {args.min_ms:g} ms", slow))
-    for name, run in (("A", 1), ("B", 2)):
-        print(_line(f"CV across rounds, {name}", [r[run].cv for r in rows]))
+    for name, run, artifact in (("A", 1, a), ("B", 2, b)):
+        # a legacy artifact's samples are back-to-back repeats, not rounds: say which
+        across = "rounds" if artifact.rounds else "back-to-back repeats"
+        print(_line(f"CV across {across}, {name}", [r[run].cv for r in rows]))
         widths = [r[run].median_half_width for r in rows if r[run].median_half_width is not None]
         print(_line(f"median's 95% CI half width, {name}", widths))
     covered = [r for r in rows if r[1].median_half_width is not None and
