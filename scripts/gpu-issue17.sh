@@ -33,6 +33,7 @@ for f in "$root"/8b-*/sdbench-agg-*.json "$root"/production/sdbench-agg-*.json \
          "$root"/production/collect-k*.log "$root"/production/gpu-clocks-k*.csv; do
   [ -e "$f" ] || continue; grep -qxF "$f" "$root/copied" && continue
   case $f in
+    *.partial.json) continue ;;   # a collection's checkpoint: its artifact comes when written
     */8b-a/*.log|*/8b-a/*.csv) [ -e "$root/8b-b.txt" ] || [ -e "$root/done" ] || continue ;;
     */8b-b/*.log|*/8b-b/*.csv) [ -e "$root/production.txt" ] || [ -e "$root/done" ] || continue ;;
     */production/*.log) grep -q "^collect exit" "$f" || continue ;;
