@@ -238,6 +238,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("plots", "draw each artifact beside it (<name>-decode.png, <name>-prefill.png, "
            "<name>.html; needs matplotlib: pip install 'pytest-sdbench[plot]')",
            default=False, action="store_true"),
+    # Test selection, as pytest-benchmark's --benchmark-skip/--benchmark-only: pytest only.
+    Option("skip", "skip every test that starts an engine (marked sdbench_engine)",
+           default=False, action="store_true", commands=()),
+    Option("only", "run only the tests that start an engine (marked sdbench_engine); wins "
+           "over --sdbench-skip", default=False, action="store_true", commands=()),
 )
 
 

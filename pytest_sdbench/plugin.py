@@ -18,7 +18,8 @@ Markers:
   sdbench_vram(gib)   skip when the CUDA device has less free memory; fail when the NVML
                       peak while the test runs exceeds the mark
   sdbench_cuda        needs a CUDA device; skipped with the reason otherwise
-  sdbench_engine      starts a vLLM engine (select with -m)
+  sdbench_engine      starts a vLLM engine: applied to every test whose fixtures start one
+                      (markers.py); select with -m, --sdbench-skip or --sdbench-only
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from . import hooks, vram
+from . import hooks, markers, vram
 from .options import (
     DEFAULT_ARTIFACT_DIR,
     OPTIONS,
@@ -84,6 +85,10 @@ def pytest_configure(config):
         config.stash[SUMMARY]["note"].append(note)
 
 
+def pytest_collection_modifyitems(config, items):
+    markers.mark_and_select(config, items)
+
+
 def _assign_gpu(config) -> None:
     """pytest-xdist on CUDA: worker gwN gets visible GPU N as its only device (set before
     anything initialises CUDA here). With more workers than GPUs no engine starts: every
@@ -135,7 +140,7 @@ def _check_inputs(config) -> None:
 def _refuse_engine(item) -> None:
     """A test that needs the engine, in a run where none may start, fails before one does."""
     refused = item.config.stash.get(ENGINE_REFUSED, None)
-    if refused and "sdbench_engine" in item.fixturenames:
+    if refused and markers.starts_engine(item):
         pytest.fail(refused, pytrace=False)
 
 
@@ -217,7 +222,7 @@ def _revive_engine(item) -> None:
     """A test that needs the engine after it failed gets a fresh one (RESTARTS_ALLOWED
     times a session), else fails fast with the first cause; never the failed engine."""
     engine = item.config.stash.get(ENGINE, None)
-    if engine is None or engine.failure is None or "sdbench_engine" not in item.fixturenames:
+    if engine is None or engine.failure is None or not markers.starts_engine(item):
         return
     cause = engine.failure
     if engine.restarts >= RESTARTS_ALLOWED:
