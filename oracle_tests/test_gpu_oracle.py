@@ -1,10 +1,12 @@
 """The GPU oracle (CUDA only; skipped with the reason on CPU): the qwen3-0.6b preset under a
 3.6 GiB VRAM mark, prefill-only collection, the decode acceptance matrix, and the CUDA-graph
 batch axis. Every collection checks the engine's restoration itself
-(pytest_sdbench.session.collect_to_artifact). Run both engine modes:
+(pytest_sdbench.session.collect_to_artifact). On CUDA the suite turns on synthetic acceptance
+and CUDA graphs (gate.py), so the gate runs every test with no other option; the eager
+engine is the second run:
 
-    pytest --sdbench-mode=agg --sdbench-acceptance-length=2.78 oracle_tests/
-    pytest --sdbench-mode=agg --sdbench-acceptance-length=2.78 --sdbench-cuda-graphs oracle_tests/
+    pytest --sdbench-mode=agg oracle_tests/
+    pytest --sdbench-mode=agg --sdbench-engine-arg enforce_eager=true oracle_tests/
 """
 
 import pytest
@@ -13,6 +15,8 @@ from pytest_sdbench.engine.spec import GRAPH_BATCHES
 from pytest_sdbench.testing import observation_violations
 from pytest_sdbench.wire.contract import GRAPH_EAGER, STATUS_COMPLETE
 from pytest_sdbench.wire.points import parse_grid
+
+from .gate import skip_for_option
 
 pytestmark = [pytest.mark.sdbench_cuda, pytest.mark.sdbench_vram(3.6)]
 
@@ -42,7 +46,7 @@ def test_prefill_only_oracle(sdbench_collect):
 def test_decode_matrix_cell(sdbench_collect, sdbench_engine, sdbench_note, al):
     engine = sdbench_engine
     if engine.spec.synthetic_acceptance_length is None:
-        pytest.skip("the matrix needs synthetic acceptance: --sdbench-acceptance-length")
+        skip_for_option("acceptance-length", "the matrix needs synthetic acceptance")
     k = engine.spec.draft_depth
     # The largest batch whose uniform decode step is a captured graph shape, so that the
     # CUDA-graph row of the matrix really runs as a graph (and the eager row the same batch).
@@ -79,7 +83,8 @@ def _captured_batches(engine) -> list[int]:
 def test_cuda_graph_batch_axis(sdbench_collect, sdbench_engine, sdbench_note):
     engine = sdbench_engine
     if _eager(engine):
-        pytest.skip("the engine runs eagerly: rerun with --sdbench-cuda-graphs")
+        pytest.skip("the engine runs eagerly, as chosen (enforce_eager): the graph axis "
+                    "runs in the gate's default run, with CUDA graphs")
     k = engine.spec.draft_depth
     sizes = _capture_sizes(engine)
     captured = _captured_batches(engine)
