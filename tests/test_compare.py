@@ -52,8 +52,8 @@ LEGACY = FIXTURES / "cpu-agg-v4.json"
 
 def _real() -> Artifact:
     """The fixture as a quiet host would have recorded it. It ran beside other sessions'
-    work on a shared 2-core host (environment.contended, which the gate rightly refuses:
-    test_the_real_fixture_against_itself_fails_only_for_its_contention); the rules under
+    work on a shared 2-core host (a contended side the gate rightly refuses:
+    test_a_contended_side_fails_the_gate_naming_only_that); the rules under
     test here are about rounds and hosts, so the constructed variants start uncontended."""
     a = typed.decode(Artifact, json.loads(REAL.read_text()))
     assert a.environment is not None
@@ -138,15 +138,37 @@ def _write(tmp_path, name: str, a: Artifact):
     return path
 
 
-def test_the_real_fixture_against_itself_passes(capsys):
+def _noise_pct(a: Artifact) -> dict[tuple[str, int], float]:
+    """Each point's noise bound in percent for `a` against a copy of itself scaled in time
+    (same CVs, same rounds), written out here from the rule the module states: NOISE_Z *
+    MEDIAN_SE_FACTOR * sqrt(2 cv^2 / n), cv raised to its phase's median CV."""
+    typical = {phase: statistics.median(s.cv for s in a.summaries if s.phase == phase)
+               for phase in {s.phase for s in a.summaries}}
+    return {(s.phase, s.point_index): 100 * NOISE_Z * MEDIAN_SE_FACTOR * math.sqrt(
+        2 * max(s.cv, typical[s.phase]) ** 2 / s.samples) for s in a.summaries}
+
+
+@pytest.mark.parametrize("within", [True, False], ids=["within-noise", "beyond-noise"])
+def test_the_real_fixture_against_a_slower_copy_of_itself(capsys, tmp_path, within):
+    """The noise rule on two different files: the real fixture, and the same run with every
+    step slower by half the smallest point's noise bound (passes: every point within its
+    noise), or by twice the largest (fails: every point regressed)."""
     data = json.loads(REAL.read_text())
     assert validate_data(data).ok
     assert len(data["rounds"]) >= MIN_ROUNDS_FOR_NOISE
     assert not data["environment"]["contended"]
-    assert main(["compare", str(REAL), str(REAL)]) == 0
+    base = typed.decode(Artifact, data)
+    noise = _noise_pct(base)
+    slower = 0.5 * min(noise.values()) if within else 2.0 * max(noise.values())
+    cand = _write(tmp_path, "slower.json", _rebuilt(
+        base, seconds=lambda o: o.timing.seconds * (1 + slower / 100)))
+    assert main(["compare", str(REAL), str(cand)]) == (0 if within else 1)
     out = capsys.readouterr().out
-    assert out.rstrip().splitlines()[-1].startswith("PASS: no point slower beyond its noise")
-    assert "0 regressed" in out
+    if within:
+        assert out.rstrip().splitlines()[-1].startswith("PASS: no point slower beyond its noise")
+        assert "0 regressed" in out
+    else:
+        assert f"FAIL: {len(noise)} point(s) regressed" in out, out
 
 
 def test_a_contended_side_fails_the_gate_naming_only_that(capsys, tmp_path):
