@@ -35,6 +35,7 @@ from typing import cast
 
 from .engine import compat, ranks
 from .engine.canary import measure_canary
+from .engine.clock import ClockReader, clock_around, open_clock
 from .engine.surface import Engine, InProcessEngine
 from .observer.observer import NativeObserver, TimingMissing
 from .observer.timing import timer_for
@@ -54,6 +55,8 @@ from .wire.contract import (
     PHASES,
     PHASES_BY_MODE,
     REPEAT_ROUNDS,
+    SETTLED_FIRST_STEP,
+    SETTLED_STEPS,
     STEADY_STEP_INDEX,
     TIMER_FOR_SOURCE,
     WARMUP_MAX_PASSES,
@@ -72,12 +75,13 @@ from .wire.model import (
     utc_now,
 )
 from .wire.points import DecodePoint, Grid, GridError, PrefillPoint, decode_max_tokens, fit_errors
-from .wire.records import Provenance
+from .wire.records import GpuClock, Provenance
 from .wire.rounds import (
     CanarySample,
     PointRef,
     RepeatPlan,
     Round,
+    Sample,
     UntilPinned,
     needs_another_round,
     round_order,
@@ -170,6 +174,7 @@ class Collector:
         self.progress = progress or (lambda done, total, label: None)
         self.on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
         self.observer: NativeObserver | None = None
+        self.clock: ClockReader | None = None
         self.timed_seconds = 0.0
         self._done, self._total = 0, 0
 
@@ -274,7 +279,7 @@ class Collector:
             raise PointFailed(f"single_step policy: the {booking} run took {len(steps)} steps")
         return steps[0], outputs
 
-    def _prefill_observation(self, index: int, state: _PointState, record, outputs,
+    def _prefill_observation(self, index: int, state: _PointState, record, outputs, clock,
                              repeat: int, round_index: int) -> PrefillObservation:
         point = state.point
         assert isinstance(point, PrefillPoint)
@@ -293,7 +298,7 @@ class Collector:
             timing=record.timing, provenance=self._provenance(),
             kv_seed_regime=KV_SEED_REAL if state.shared else KV_SEED_NONE,
             cache_hit_tokens=hits, graph_mode=self._graph_mode(record), warmup_passes=passes,
-            warmup_settled=stable)
+            warmup_settled=stable, gpu_clock=clock)
 
     # ---- decode -------------------------------------------------------------------------
     @contextmanager
@@ -324,40 +329,50 @@ class Collector:
         self._run(state.prompts, 1, BOOKING_UNBOOKED)
 
     def _decode_once(self, state: _PointState, booking: Booking):
+        """One run of the point's batch: step 1 admits it from the prefix cache, step 2 is
+        its first decode step (the transient), then settled steps. Returns the first
+        retained step (the warm-up times it) and the run's steps."""
         point = state.point
         assert isinstance(point, DecodePoint)
         max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
         steps, _ = self._run(state.prompts, max_tokens, booking)
-        if len(steps) < STEADY_STEP_INDEX:
-            raise PointFailed(f"steady_step policy: the {booking} run took only {len(steps)} "
-                              "steps")
+        last = SETTLED_FIRST_STEP + SETTLED_STEPS - 1
+        if len(steps) < last:
+            raise PointFailed(f"settled_steps policy: the {booking} run took only {len(steps)} "
+                              f"steps, fewer than the {last} it retains up to")
         first = steps[0].snapshot
         if first.phase != PHASE_PREFILL or len(first.requests) != point.batch_size:
             raise PointFailed(f"the {booking} run's first step did not admit every request "
                               "of the point at once (the seeded prompts left the cache?)")
-        return steps[STEADY_STEP_INDEX - 1], steps
+        return steps[SETTLED_FIRST_STEP - 1], steps
 
-    def _decode_observation(self, index: int, state: _PointState, record, steps,
-                            repeat: int, round_index: int) -> DecodeObservation:
+    def _decode_observations(self, index: int, state: _PointState, steps, clock,
+                             repeat: int, round_index: int) -> list[DecodeObservation]:
+        """The work item's settled steps, SETTLED_STEPS consecutive ones, each an exact
+        observation with its own snapshot (the context it really read) and native ID."""
         point = state.point
         assert isinstance(point, DecodePoint)
-        snapshot = record.corrected_snapshot()
-        mismatch = decode_mismatch(point, snapshot)
-        if mismatch:
-            raise PointFailed(f"the steady step's snapshot {mismatch}")
-        accepted = _accepted(record, snapshot)
-        observed = 1.0 + statistics.fmean(accepted) if accepted else 1.0
         run = [n for step in steps[STEADY_STEP_INDEX - 1:]
                for n in _accepted(step, step.corrected_snapshot(), point.draft_depth)]
         passes, stable = state.warmup
-        return DecodeObservation(
-            point_index=index, repeat=repeat, round=round_index, point=point,
-            native_iteration_id=record.native_iteration_id, step_index=STEADY_STEP_INDEX,
-            snapshot=snapshot, timing=record.timing, provenance=self._provenance(),
-            accepted_tokens=accepted, observed_acceptance_length=observed,
-            run_acceptance_length=1.0 + statistics.fmean(run) if run else 1.0,
-            run_acceptance_samples=len(run), graph_mode=self._graph_mode(record),
-            warmup_passes=passes, warmup_settled=stable)
+        kept = []
+        for step_index in range(SETTLED_FIRST_STEP, SETTLED_FIRST_STEP + SETTLED_STEPS):
+            record = steps[step_index - 1]
+            snapshot = record.corrected_snapshot()
+            mismatch = decode_mismatch(point, snapshot, step_index)
+            if mismatch:
+                raise PointFailed(f"settled step {step_index}'s snapshot {mismatch}")
+            accepted = _accepted(record, snapshot)
+            kept.append(DecodeObservation(
+                point_index=index, repeat=repeat, round=round_index, point=point,
+                native_iteration_id=record.native_iteration_id, step_index=step_index,
+                snapshot=snapshot, timing=record.timing, provenance=self._provenance(),
+                accepted_tokens=accepted,
+                observed_acceptance_length=1.0 + statistics.fmean(accepted) if accepted else 1.0,
+                run_acceptance_length=1.0 + statistics.fmean(run) if run else 1.0,
+                run_acceptance_samples=len(run), graph_mode=self._graph_mode(record),
+                warmup_passes=passes, warmup_settled=stable, gpu_clock=clock))
+        return kept
 
     # ---- one point: prepare and warm up; one measured pass ------------------------------
     def _paused_gc(self, work):
@@ -388,28 +403,41 @@ class Collector:
         return self._paused_gc(work)
 
     def _measure(self, ref: PointRef, state: _PointState, round_index: int,
-                 reseed: bool) -> Observation:
-        """One booked pass of the point and its retained observation (the point's next
-        sample). reseed: compute its prompts again first (rounds: other points ran since)."""
+                 reseed: bool) -> list[Observation]:
+        """One booked pass of the point (one work item: the point's next sample) and the
+        observations it retains. reseed: compute its prompts again first (rounds: other
+        points ran since). The GPU clock is read right before and right after the run."""
         repeat = len(state.seconds)
 
         def work():
             if ref.phase == PHASE_PREFILL:
                 if reseed:
                     self._prefill_seed(state)
+                before = self._read_clock()
                 record, outputs = self._prefill_once(state, BOOKING_MEASURED)
-                return self._prefill_observation(ref.point_index, state, record, outputs,
-                                                 repeat, round_index)
+                clock = self._clock_since(before)
+                return [self._prefill_observation(ref.point_index, state, record, outputs,
+                                                  clock, repeat, round_index)]
             assert isinstance(state.point, DecodePoint)
             with self._acceptance(state.point):
                 if reseed:
                     self._decode_seed(state)
-                record, steps = self._decode_once(state, BOOKING_MEASURED)
-            return self._decode_observation(ref.point_index, state, record, steps, repeat,
-                                            round_index)
-        observation = self._paused_gc(work)
-        state.seconds.append(observation.timing.seconds)
-        return observation
+                before = self._read_clock()
+                _, steps = self._decode_once(state, BOOKING_MEASURED)
+                clock = self._clock_since(before)
+            return self._decode_observations(ref.point_index, state, steps, clock, repeat,
+                                             round_index)
+        observations = self._paused_gc(work)
+        state.seconds.append(Sample(repeat, round_index, tuple(observations)).seconds)
+        return observations
+
+    def _read_clock(self):
+        return self.clock.read() if self.clock is not None else None
+
+    def _clock_since(self, before) -> GpuClock | None:
+        if self.clock is None or before is None:
+            return None
+        return clock_around(before, self.clock.read(), self.clock.max_sm_mhz)
 
     # ---- the whole collection -----------------------------------------------------------
     def collect(self, mode: str, grid: Grid) -> CollectionResult:
@@ -426,6 +454,7 @@ class Collector:
             PointRef(PHASE_PREFILL, i): p for i, p in enumerate(grid.prefill)}
         points.update({PointRef(PHASE_DECODE, i): p for i, p in enumerate(grid.decode)})
         self._started = time.perf_counter()
+        self.clock = open_clock(self.engine.device)
         self.observer = NativeObserver(self.engine.llm, timer_for(self.engine.device)).attach()
         try:
             if self.rounds:
@@ -465,10 +494,12 @@ class Collector:
         setattr(result, ref.phase, kept)
         result.skipped.append(SkippedPoint(ref.phase, ref.point_index, f"{where}{exc}"))
 
-    def _keep(self, observation: Observation) -> None:
+    def _keep(self, observations: list[Observation]) -> None:
+        """A work item's observations, kept together (a point's sample is all of them)."""
         result = self._result
-        getattr(result, _phase_of(observation)).append(observation)
-        result.measured_seconds += observation.timing.seconds
+        for observation in observations:
+            getattr(result, _phase_of(observation)).append(observation)
+            result.measured_seconds += observation.timing.seconds
         self._tick()
         self.on_point(result)
 

@@ -39,15 +39,15 @@ def observation_violations(artifact) -> list[str]:
     ids = [o.native_iteration_id for o in (*artifact.prefill, *artifact.decode)]
     if len(ids) != len(set(ids)):
         problems.append(f"native ids repeat: {ids}")
-    for phase, observations, mismatch in (("prefill", artifact.prefill, prefill_mismatch),
-                                          ("decode", artifact.decode, decode_mismatch)):
+    for phase, observations in (("prefill", artifact.prefill), ("decode", artifact.decode)):
         for o in observations:
             where = f"{phase}[{o.point_index}]"
             if not o.native_iteration_id == o.snapshot.native_iteration_id == \
                     o.timing.native_iteration_id:
                 problems.append(f"{where}: ids {o.native_iteration_id}/"
                                 f"{o.snapshot.native_iteration_id}/{o.timing.native_iteration_id}")
-            shape = mismatch(o.point, o.snapshot)
+            shape = (decode_mismatch(o.point, o.snapshot, o.step_index) if phase == "decode"
+                     else prefill_mismatch(o.point, o.snapshot))
             if shape:
                 problems.append(f"{where}: {shape}")
             if o.snapshot.queue.running != o.point.batch_size or o.snapshot.queue.waiting:

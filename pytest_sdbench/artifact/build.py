@@ -82,7 +82,7 @@ def summaries(result) -> tuple[PointSummary, ...]:
     out: list[PointSummary] = []
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         for i, obs in sorted(samples_by_point(getattr(result, phase)).items()):
-            seconds = [o.timing.seconds for o in obs]
+            seconds = [sample.seconds for sample in obs]
             out.append(summarize(phase, i, seconds,
                                  stop_rule(seconds, result.repeats, result.until_pinned),
                                  point_canary_spread(result.rounds, [o.round for o in obs])))

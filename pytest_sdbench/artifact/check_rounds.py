@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ..wire.contract import (
     CANARY_WORKLOAD,
     DEVICE_CPU,
+    LEGACY_SCHEMA_VERSIONS,
     MIN_PINNED_ROUNDS,
     PHASE_DECODE,
     PHASE_PREFILL,
@@ -34,6 +35,7 @@ from ..wire.rounds import (
 )
 
 Err = Callable[[str], None]
+LEGACY_VERSION = {marker: version for version, marker in LEGACY_SCHEMA_VERSIONS.items()}
 # A canary reading is a few milliseconds of host work; a reading beyond this is no reading.
 CANARY_SECONDS_MAX = 10.0
 
@@ -60,7 +62,7 @@ def check_samples(a: Artifact, err: Err) -> None:
             if policy.repeat_order != REPEAT_BACK_TO_BACK and len(set(rounds)) != len(rounds):
                 err(f"{where}: measured more than once in a round (rounds {rounds}); a round "
                     "measures each of its points once")
-            seconds = [o.timing.seconds for o in obs]
+            seconds = [o.seconds for o in obs]
             for m in range(1, len(seconds)):
                 if not needs_another_round(seconds[:m], policy.repeats, policy.until_pinned):
                     err(f"{where}: {len(seconds)} samples, yet its rule stopped it after {m} "
@@ -71,7 +73,7 @@ def check_samples(a: Artifact, err: Err) -> None:
 
 def check_rounds(a: Artifact, err: Err, legacy: str | None) -> None:
     """The rounds against the policy, the grid, the observations and the seed."""
-    if legacy is not None:
+    if legacy is not None and LEGACY_VERSION[legacy] < 5:   # rounds came with v5
         if a.rounds or a.host_canary is not None:
             err("rounds: a legacy artifact records no rounds and no host canary")
         return
@@ -171,7 +173,7 @@ def _check_membership(a: Artifact, err: Err) -> None:
             ref = PointRef(phase, index)
             if ref in skipped:
                 continue   # reported by the coverage rules
-            taken = {o.round: o.timing.seconds for o in obs}
+            taken = {o.round: o.seconds for o in obs}
             for o in obs:
                 if not 0 <= o.round < len(a.rounds) or ref not in members[o.round]:
                     err(f"{phase}: point {index} has a sample in round {o.round}, which does "

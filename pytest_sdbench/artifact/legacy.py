@@ -85,6 +85,7 @@ FIELDS_INTRODUCED: dict[int, tuple[str, ...]] = {
         "measurement_policy.until_pinned", "prefill[].round", "decode[].round",
         "summaries[].median_half_width", "summaries[].stop", "summaries[].canary_spread",
         "environment.cpu_placement", "rounds", "host_canary", "observer_cost"),
+    6: ("prefill[].gpu_clock", "decode[].gpu_clock"),
 }
 
 
@@ -272,6 +273,14 @@ def _v4_to_v5(data: dict) -> None:
     data.setdefault("observer_cost", None)
 
 
+def _v5_to_v6(data: dict) -> None:
+    """No GPU clock was read before v6; the decode policy stays steady_step (what it was)."""
+    for phase in ("prefill", "decode"):
+        for obs in data.get(phase) or []:
+            if isinstance(obs, dict):
+                obs.setdefault("gpu_clock", None)
+
+
 def upgrade(data: dict) -> tuple[dict, str]:
     """The current shape of a legacy artifact, and its legacy marker. Raises LegacyError when
     the document does not fit its label, ValueError when its digests do not fit it. Fields
@@ -290,7 +299,9 @@ def upgrade(data: dict) -> tuple[dict, str]:
         _run_acceptance_from_step(data)
     if version < 4:
         _v3_to_v4(data)
-    _v4_to_v5(data)
+    if version < 5:
+        _v4_to_v5(data)
+    _v5_to_v6(data)
     data["schema_version"] = SCHEMA_VERSION
     # The upgrade filled in fields; the raw digests were checked above.
     data["integrity"] = dict(data["integrity"], identity_digest=digest(data["identity"]),

@@ -15,12 +15,14 @@ PACKAGE_NAME = "pytest-sdbench"
 ARTIFACT_KIND = "pytest-sdbench/spec-decode-profile"
 # The index of a K sweep (artifact/sweep.py), written beside its artifacts.
 SWEEP_INDEX_KIND = "pytest-sdbench/k-sweep-index"
-# Version 5 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative),
-# 3 (one observation per point, no engine settings) and 4 (repeats taken back to back, no
-# rounds, no host canary) are legacy formats that artifact.legacy still reads.
-SCHEMA_VERSION = 5
+# Version 6 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative),
+# 3 (one observation per point, no engine settings), 4 (repeats taken back to back, no
+# rounds, no host canary) and 5 (decode retained the first decode step after admission, the
+# transient `steady_step`; no GPU clock) are legacy formats that artifact.legacy still reads.
+SCHEMA_VERSION = 6
 LEGACY_SCHEMA_VERSIONS = {1: "v1-autoregressive", 2: "v2-phase-specific-speculative",
-                          3: "v3-single-sample", 4: "v4-back-to-back-repeats"}
+                          3: "v3-single-sample", 4: "v4-back-to-back-repeats",
+                          5: "v5-first-decode-step"}
 
 # Modes and phases.
 Mode = Literal["prefill", "decode", "agg"]
@@ -35,12 +37,30 @@ PHASE_IDLE: Final = "idle"
 PHASES_BY_MODE = {MODE_PREFILL: (PHASE_PREFILL,), MODE_DECODE: (PHASE_DECODE,),
                   MODE_AGG: (PHASE_PREFILL, PHASE_DECODE)}
 
-# Measurement policies: prefill keeps exactly one step whose shape equals the point; decode
-# keeps the steady step (the second step of the point, once every request is running).
-Policy = Literal["single_step", "steady_step"]
-POLICY_SINGLE_STEP, POLICY_STEADY_STEP = get_args(Policy)
-POLICY_BY_PHASE = {PHASE_PREFILL: POLICY_SINGLE_STEP, PHASE_DECODE: POLICY_STEADY_STEP}
-STEADY_STEP_INDEX = 2  # 1-based step of a decode point that is retained
+# Measurement policies. Prefill keeps exactly one step whose shape equals the point
+# (single_step). Decode keeps settled steps (settled_steps): a decode run's step 1 admits
+# the seeded batch from the prefix cache, step 2 is its first decode step, a transient a
+# request runs once in its life (vLLM alone on the H200, qwen3-8b B=1 x 1024, decode steps
+# 1-4 after admission: 7.92, 6.88, 6.89, 6.88 ms; B=4: 7.61, 7.00, 7.00, 7.01; the CPU
+# engine's and our own per-step figures in docs/evidence/h200/settled/), and the steps after
+# it are what the engine runs while it serves. Each work item retains SETTLED_STEPS
+# consecutive steps from SETTLED_FIRST_STEP on, each an exact observation with its own
+# snapshot (its context grows by the tokens accepted before it) and native ID. Adjacent
+# steps are not independent samples: one work item is one sample of its point (its steps'
+# lower median), so rounds stay the unit of repetition. steady_step (legacy v5 and older)
+# retained step 2, the transient.
+Policy = Literal["single_step", "steady_step", "settled_steps"]
+POLICY_SINGLE_STEP, POLICY_STEADY_STEP, POLICY_SETTLED_STEPS = get_args(Policy)
+POLICY_BY_PHASE = {PHASE_PREFILL: POLICY_SINGLE_STEP, PHASE_DECODE: POLICY_SETTLED_STEPS}
+POLICY_DESCRIPTIONS = {
+    POLICY_SINGLE_STEP: "one step whose shape equals the point",
+    POLICY_STEADY_STEP: "the first decode step after admission (a transient a request runs "
+                        "once; legacy, not the serving step)",
+    POLICY_SETTLED_STEPS: "settled steps of a running batch (decode steps after the first)",
+}
+STEADY_STEP_INDEX = 2    # steady_step (legacy): the 1-based run step that was retained
+SETTLED_FIRST_STEP = 3   # settled_steps: the first retained run step (decode step 2)
+SETTLED_STEPS = 4        # settled_steps: consecutive steps retained per work item
 
 # Warm-up: unbooked passes of the exact coordinate until its step time is stable: the last
 # pass within WARMUP_TOLERANCE of the one before, after at least WARMUP_MIN_PASSES passes
@@ -160,6 +180,18 @@ ATTENTION_BACKENDS_BY_DEVICE = {
 # prefix is a whole word, so that Windows' "AMD64 Family 23 ..." processor is no GPU.
 GPU_NAME_PREFIXES = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN", "AMD", "Radeon",
                      "AMD Instinct")
+
+# The GPU's clock beside each work item (NVML, read right before and right after the
+# measured run, between steps: never inside one, no synchronisation). NVML's clock event
+# reasons, by name; a sample taken while one of CLOCK_CAP_REASONS was active is capped.
+ClockReason = Literal["gpu_idle", "applications_clocks_setting", "sw_power_cap",
+                      "hw_slowdown", "sync_boost", "sw_thermal_slowdown",
+                      "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                      "display_clocks_setting"]
+CLOCK_REASONS: tuple[str, ...] = get_args(ClockReason)
+CLOCK_CAP_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
+                     "hw_thermal_slowdown", "hw_power_brake_slowdown")
+CLOCK_MHZ_MAX = 10_000   # no GPU clocks its SMs this fast; a larger reading is forged
 
 # Acceptance control of decode points.
 AcceptanceControl = Literal["natural", "synthetic"]

@@ -32,7 +32,7 @@ from .contract import (
 )
 from .identity import ExecutionIdentity, KVCapacity
 from .points import DecodePoint, Grid, PrefillPoint
-from .records import ObserverCost, Provenance, Snapshot, TimingSample
+from .records import GpuClock, ObserverCost, Provenance, Snapshot, TimingSample
 from .rounds import CanarySpread, Round, UntilPinned, median_half_width
 
 
@@ -52,11 +52,14 @@ class PrefillObservation:
     graph_mode: GraphMode
     warmup_passes: int            # unbooked passes of the exact coordinate before this one
     warmup_settled: bool          # the warm-up rule was met (else it ran out of passes)
+    gpu_clock: GpuClock | None    # CUDA: the clock around the work item; CPU: null
 
 
 @dataclass(frozen=True)
 class DecodeObservation:
-    """The steady step of a decode point (one per sample)."""
+    """One retained step of a decode point: under settled_steps SETTLED_STEPS consecutive
+    steps of one work item (one sample) share its repeat and round, each with its own
+    step_index (1-based step of the run), snapshot and native ID."""
     point_index: int
     repeat: int
     round: int
@@ -73,6 +76,7 @@ class DecodeObservation:
     graph_mode: GraphMode
     warmup_passes: int
     warmup_settled: bool
+    gpu_clock: GpuClock | None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import typed
-from .contract import CUDAGRAPH_NONE
+from .contract import CUDAGRAPH_NONE, SETTLED_FIRST_STEP, SETTLED_STEPS
 
 
 class GridError(ValueError):
@@ -127,8 +127,10 @@ def engine_limits(identity, kv_capacity, draft_depth: int,
 
 
 def decode_max_tokens(draft_depth: int) -> int:
-    """Output tokens of a decode run: enough for the steady step to verify a full K drafts."""
-    return 1 + 2 * (draft_depth + 1)
+    """Output tokens of a decode run: enough for its last retained (settled) step to verify a
+    full K drafts. After run step s at most 1 + (s-1)(K+1) tokens are out; step s drafts K
+    only while K+1 more are still to come."""
+    return 1 + (SETTLED_FIRST_STEP + SETTLED_STEPS - 1) * (draft_depth + 1)
 
 
 @dataclass(frozen=True)

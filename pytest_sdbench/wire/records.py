@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .contract import (
+    CLOCK_CAP_REASONS,
     PHASE_DECODE,
     PHASE_IDLE,
     PHASE_MIXED,
     PHASE_PREFILL,
     Booking,
+    ClockReason,
     Device,
     ObserverCostMethod,
     SnapshotPhase,
@@ -89,6 +91,21 @@ class Provenance:
     device: Device
     device_name: str
     timer: str
+
+
+@dataclass(frozen=True)
+class GpuClock:
+    """The GPU's SM clock and NVML clock event reasons around one work item's measured run:
+    read right before its first step and right after its last, never inside a step."""
+    sm_mhz_before: int
+    sm_mhz_after: int
+    max_sm_mhz: int                     # the device's maximum SM clock (NVML)
+    reasons: tuple[ClockReason, ...]    # active at either reading, sorted
+    capped: bool                        # one of CLOCK_CAP_REASONS was active
+
+    @staticmethod
+    def capped_by(reasons: tuple[str, ...]) -> bool:
+        return any(r in CLOCK_CAP_REASONS for r in reasons)
 
 
 @dataclass(frozen=True)

@@ -190,12 +190,32 @@ def stop_rule(seconds: list[float], repeats: int, until: UntilPinned | None) -> 
     return stop
 
 
-def samples_by_point(observations) -> dict[int, list]:
-    """A phase's observations by point, each point's in the order its samples were taken."""
-    by_point: dict[int, list] = {}
+@dataclass(frozen=True)
+class Sample:
+    """One sample of a point: the observations one work item retained (one step, or under
+    settled_steps several consecutive steps of one run, which are not independent of each
+    other). Its time is their lower median: an observed step's time, never a mean."""
+    repeat: int
+    round: int
+    observations: tuple
+
+    @property
+    def seconds(self) -> float:
+        ranked = sorted(o.timing.seconds for o in self.observations)
+        return ranked[(len(ranked) - 1) // 2]
+
+
+def samples_by_point(observations) -> dict[int, list[Sample]]:
+    """A phase's observations by point and sample (repeat), each point's samples in the order
+    they were taken, each sample's observations in step order."""
+    by_item: dict[tuple[int, int, int], list] = {}
     for o in observations:
-        by_point.setdefault(o.point_index, []).append(o)
-    return {i: sorted(obs, key=lambda o: (o.round, o.repeat)) for i, obs in by_point.items()}
+        by_item.setdefault((o.point_index, o.round, o.repeat), []).append(o)
+    by_point: dict[int, list[Sample]] = {}
+    for (index, round_, repeat), obs in sorted(by_item.items()):
+        steps = tuple(sorted(obs, key=lambda o: getattr(o, "step_index", 0)))
+        by_point.setdefault(index, []).append(Sample(repeat, round_, steps))
+    return by_point
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

@@ -35,7 +35,22 @@ def prefill_mismatch(point: PrefillPoint, snapshot: Snapshot) -> str | None:
                       "prompt_tokens": point.cached_prefix_tokens + point.new_tokens})
 
 
-def decode_mismatch(point: DecodePoint, snapshot: Snapshot) -> str | None:
-    return _mismatch(snapshot, PHASE_DECODE, point.batch_size,
-                     {"new_tokens": 1, "kv_tokens": point.context_tokens,
-                      "draft_tokens": point.draft_depth})
+def decode_mismatch(point: DecodePoint, snapshot: Snapshot, step_index: int) -> str | None:
+    """Run step `step_index` (1-based; step 1 admits the batch, step 2 is the first decode
+    step, which reads exactly the point's context) of a decode point: one new token and K
+    drafts per request, and a context grown since step 2 by what each step computed, at
+    least 1 and at most K+1 tokens a step. The nominal context stays the point's; the
+    snapshot holds the context the step really read."""
+    found = _mismatch(snapshot, PHASE_DECODE, point.batch_size,
+                      {"new_tokens": 1, "draft_tokens": point.draft_depth})
+    if found:
+        return found
+    grown = step_index - 2
+    low = point.context_tokens + grown
+    high = point.context_tokens + grown * (point.draft_depth + 1)
+    for i, request in enumerate(snapshot.requests):
+        if not low <= request.kv_tokens <= high:
+            want = low if low == high else f"{low}..{high}"
+            return (f"requests[{i}].kv_tokens is {request.kv_tokens}, step {step_index} of the "
+                    f"point (context {point.context_tokens}, K={point.draft_depth}) reads {want}")
+    return None

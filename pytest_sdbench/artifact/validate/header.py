@@ -12,6 +12,8 @@ from ...wire.contract import (
     PHASE_PREFILL,
     PHASES_BY_MODE,
     POLICY_BY_PHASE,
+    POLICY_SETTLED_STEPS,
+    POLICY_STEADY_STEP,
     STEP_TIME_SINGLE_RANK,
     STEP_TIME_SLOWEST_RANK,
     WARMUP_MAX_PASSES,
@@ -59,6 +61,8 @@ def check_policy(a: Artifact, err: Err, legacy) -> None:
     policy = a.measurement_policy
     for phase in (PHASE_PREFILL, PHASE_DECODE):
         want = POLICY_BY_PHASE[phase] if phase in phases else None
+        if want == POLICY_SETTLED_STEPS and older_than(legacy, 6):
+            want = POLICY_STEADY_STEP   # before v6 decode retained the first decode step
         if getattr(policy, phase) != want:
             err(f"measurement_policy.{phase}: expected {want!r} for mode {a.mode!r}, "
                 f"got {getattr(policy, phase)!r}")

@@ -3,11 +3,16 @@ provenance, its warm-up, and (by phase) its prefix seeding or its acceptance."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from ...wire.contract import (
     BOOKING_MEASURED,
+    CLOCK_CAP_REASONS,
+    CLOCK_MHZ_MAX,
+    CLOCK_REASONS,
     CUDAGRAPH_NONE,
+    DEVICE_CUDA,
     GRAPH_EAGER,
     GRAPH_MODES_BY_DEVICE,
     KV_SEED_NONE,
@@ -16,6 +21,9 @@ from ...wire.contract import (
     PHASE_DECODE,
     PHASE_PREFILL,
     PHASES_BY_MODE,
+    POLICY_SETTLED_STEPS,
+    SETTLED_FIRST_STEP,
+    SETTLED_STEPS,
     SOURCE_FOR_DEVICE,
     STEADY_STEP_INDEX,
     STEP_SECONDS_BASE,
@@ -26,8 +34,8 @@ from ...wire.contract import (
     STEP_TIME_SLOWEST_RANK,
     TIMER_FOR_SOURCE,
 )
-from ...wire.model import Artifact
-from ...wire.records import Snapshot
+from ...wire.model import Artifact, DecodeObservation
+from ...wire.records import GpuClock, Snapshot
 from ...wire.shape import decode_mismatch, prefill_mismatch
 from .helpers import Err, is_real_step, older_than, resolved, resolved_int
 
@@ -41,13 +49,14 @@ def check_observations(a: Artifact, err: Err, legacy) -> None:
             err(f"{phase}: mode {a.mode!r} measures no {phase} points, yet "
                 f"{len(observations)} observations are present")
         by_point: dict[int, list[int]] = {}
-        repeats_seen: dict[tuple[int, int], int] = {}
+        repeats_seen: dict[tuple[int, int, int], int] = {}
         for i, obs in enumerate(observations):
             where = f"{phase}[{i}]"
             _check_observation(a, phase, obs, where, points, err, legacy)
-            key = (obs.point_index, obs.repeat)
+            key = (obs.point_index, obs.repeat, getattr(obs, "step_index", 0))
             if key in repeats_seen:
-                err(f"{where}.repeat: point {obs.point_index} repeat {obs.repeat} duplicates "
+                err(f"{where}.repeat: point {obs.point_index} repeat {obs.repeat}"
+                    f"{f' step {key[2]}' if key[2] else ''} duplicates "
                     f"{phase}[{repeats_seen[key]}]")
             repeats_seen.setdefault(key, i)
             members = by_point.setdefault(obs.point_index, [])
@@ -59,6 +68,8 @@ def check_observations(a: Artifact, err: Err, legacy) -> None:
                 err(f"{where}.native_iteration_id: {obs.native_iteration_id} is also the id of "
                     f"{seen_ids[obs.native_iteration_id]}")
             seen_ids.setdefault(obs.native_iteration_id, where)
+        if phase == PHASE_DECODE and a.measurement_policy.decode == POLICY_SETTLED_STEPS:
+            check_settled_items(observations, err)
 
 
 def _check_same_warmup(first, obs, where: str, first_where: str, err: Err) -> None:
@@ -90,10 +101,11 @@ def _check_observation(a: Artifact, phase, obs, where, points, err: Err, legacy)
     _check_provenance(a, obs, where, err)
     _check_snapshot(phase, snap, where, err)
     _check_warmup(a, obs, where, err)
+    _check_clock(a, obs, where, err, legacy)
     if phase == PHASE_PREFILL:
         _check_prefill(obs, where, err, legacy)
     else:
-        _check_decode(obs, where, err, legacy)
+        _check_decode(a, obs, where, err, legacy)
 
 
 def _check_timing(a: Artifact, obs, where: str, err: Err) -> None:
@@ -155,6 +167,34 @@ def _check_provenance(a: Artifact, obs, where: str, err: Err) -> None:
     elif obs.graph_mode != GRAPH_EAGER and resolved(a.identity.settings.enforce_eager) is True:
         err(f"{where}.graph_mode: {obs.graph_mode!r}, yet identity.settings.enforce_eager is "
             "true (the engine ran every step eager)")
+
+
+def _check_clock(a: Artifact, obs, where: str, err: Err, legacy) -> None:
+    """CUDA: the GPU clock around the work item, as NVML reads it; CPU: none (a clock on a
+    CPU run, or none on a CUDA run, is a relabelled artifact)."""
+    clock = obs.gpu_clock
+    if clock is None:
+        if a.device == DEVICE_CUDA and not older_than(legacy, 6):
+            err(f"{where}.gpu_clock: null on a cuda run; every CUDA sample carries the GPU "
+                "clock it ran at")
+        return
+    if a.device != DEVICE_CUDA:
+        err(f"{where}.gpu_clock: {clock} on a {a.device!r} run; only a CUDA run reads a GPU "
+            "clock (relabelled?)")
+        return
+    if not 0 < clock.max_sm_mhz <= CLOCK_MHZ_MAX:
+        err(f"{where}.gpu_clock.max_sm_mhz: {clock.max_sm_mhz} is outside (0, {CLOCK_MHZ_MAX}]")
+    for name in ("sm_mhz_before", "sm_mhz_after"):
+        mhz = getattr(clock, name)
+        if not 0 < mhz <= clock.max_sm_mhz:
+            err(f"{where}.gpu_clock.{name}: {mhz} MHz is outside (0, max_sm_mhz "
+                f"{clock.max_sm_mhz}]")
+    if list(clock.reasons) != sorted(set(clock.reasons), key=CLOCK_REASONS.index):
+        err(f"{where}.gpu_clock.reasons: {list(clock.reasons)}; each reason once, in NVML's "
+            "order")
+    if clock.capped != GpuClock.capped_by(clock.reasons):
+        err(f"{where}.gpu_clock.capped: {clock.capped}, yet its reasons {list(clock.reasons)} "
+            f"make it {GpuClock.capped_by(clock.reasons)} (capped: one of {CLOCK_CAP_REASONS})")
 
 
 def _check_snapshot(phase: str, snap: Snapshot, where: str, err: Err) -> None:
@@ -229,7 +269,7 @@ def _check_prefill(obs, where: str, err: Err, legacy) -> None:
         err(f"{where}.kv_seed_regime: expected one of {allowed}, got {regime!r}")
     elif (prefix == 0) != (regime == KV_SEED_NONE):
         err(f"{where}.kv_seed_regime: {regime!r} does not fit cached_prefix_tokens {prefix}")
-    if regime == KV_SEED_NONE and not legacy and (
+    if regime == KV_SEED_NONE and not older_than(legacy, 5) and (
             len(obs.cache_hit_tokens) != obs.point.batch_size or any(obs.cache_hit_tokens)):
         err(f"{where}.cache_hit_tokens: {list(obs.cache_hit_tokens)}; a point without a "
             f"cached prefix is verified as no hit for each of {obs.point.batch_size} requests")
@@ -239,14 +279,20 @@ def _check_prefill(obs, where: str, err: Err, legacy) -> None:
             f"verified as a hit of {prefix} tokens for each of {obs.point.batch_size} requests")
 
 
-def _check_decode(obs, where: str, err: Err, legacy) -> None:
-    mismatch = decode_mismatch(obs.point, obs.snapshot)
-    if mismatch:
-        err(f"{where}.snapshot: {mismatch}")
+def _check_decode(a: Artifact, obs, where: str, err: Err, legacy) -> None:
+    settled = a.measurement_policy.decode == POLICY_SETTLED_STEPS
     k = obs.point.draft_depth
-    if obs.step_index != STEADY_STEP_INDEX:
+    if settled and not SETTLED_FIRST_STEP <= obs.step_index < SETTLED_FIRST_STEP + SETTLED_STEPS:
+        err(f"{where}.step_index: settled_steps retains run steps {SETTLED_FIRST_STEP}.."
+            f"{SETTLED_FIRST_STEP + SETTLED_STEPS - 1} (step 1 admits the batch, step 2 is the "
+            f"first decode step, a transient), got {obs.step_index}")
+    elif not settled and obs.step_index != STEADY_STEP_INDEX:
         err(f"{where}.step_index: the steady step is step {STEADY_STEP_INDEX}, got "
             f"{obs.step_index}")
+    else:
+        mismatch = decode_mismatch(obs.point, obs.snapshot, obs.step_index)
+        if mismatch:
+            err(f"{where}.snapshot: {mismatch}")
     if not 1.0 <= obs.run_acceptance_length <= k + 1:
         err(f"{where}.run_acceptance_length: {obs.run_acceptance_length} is outside "
             f"[1, K+1 = {k + 1}]")
@@ -268,3 +314,50 @@ def _check_decode(obs, where: str, err: Err, legacy) -> None:
             err(f"{where}.observed_acceptance_length: {obs.observed_acceptance_length} != "
                 f"1 + mean(accepted_tokens) = {mean}")
 
+
+
+def check_settled_items(observations, err: Err) -> None:
+    """settled_steps: a work item retains SETTLED_STEPS consecutive steps of one run, in the
+    order of their native IDs, and each step's context is the one before it grown by exactly
+    what that step computed: 1 + the drafts it accepted, per request."""
+    items: dict[tuple[int, int], list[tuple[int, DecodeObservation]]] = {}
+    for i, obs in enumerate(observations):
+        items.setdefault((obs.point_index, obs.repeat), []).append((i, obs))
+    for (index, repeat), members in sorted(items.items()):
+        members.sort(key=lambda m: m[1].step_index)
+        steps = [obs.step_index for _, obs in members]
+        want = list(range(SETTLED_FIRST_STEP, SETTLED_FIRST_STEP + SETTLED_STEPS))
+        where = f"decode: point {index} repeat {repeat}"
+        if steps != want:
+            err(f"{where}: retains steps {steps}; a work item retains the consecutive steps "
+                f"{want}")
+            continue
+        for (_, before), (j, after) in itertools.pairwise(members):
+            if after.native_iteration_id <= before.native_iteration_id or \
+                    after.round != before.round:
+                err(f"decode[{j}].native_iteration_id: {after.native_iteration_id} (round "
+                    f"{after.round}) does not follow step {before.step_index}'s "
+                    f"{before.native_iteration_id} (round {before.round}) in one run")
+                continue
+            problem = _context_step(before, after)
+            if problem:
+                err(f"decode[{j}].snapshot: {problem}")
+
+
+def _context_step(before, after) -> str | None:
+    """How `after`'s context fails to be `before`'s grown by what `before` computed."""
+    accepted = dict(zip((r.request_id for r in before.snapshot.requests),
+                        before.accepted_tokens, strict=False))
+    for r in after.snapshot.requests:
+        prior = next((q for q in before.snapshot.requests if q.request_id == r.request_id),
+                     None)
+        if prior is None or r.request_id not in accepted:
+            return (f"request {r.request_id!r} of step {after.step_index} is not in step "
+                    f"{before.step_index}; a work item's steps run one batch")
+        want = prior.kv_tokens + prior.new_tokens + accepted[r.request_id]
+        if r.kv_tokens != want:
+            return (f"request {r.request_id!r} reads {r.kv_tokens} KV tokens at step "
+                    f"{after.step_index}; step {before.step_index} read {prior.kv_tokens}, "
+                    f"computed {prior.new_tokens} and accepted {accepted[r.request_id]}, so "
+                    f"{want}")
+    return None

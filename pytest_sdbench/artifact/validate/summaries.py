@@ -40,8 +40,9 @@ def check_summaries(a: Artifact, err: Err) -> None:
             err(f"summaries[{k}]: {s.phase} point {s.point_index} has no observation to "
                 "summarise")
             continue
-        times = [o.timing.seconds for o in samples[key]]
-        if not all(is_real_step(t, a.device) for t in times):
+        times = [sample.seconds for sample in samples[key]]
+        if not all(is_real_step(o.timing.seconds, a.device) for sample in samples[key]
+                   for o in sample.observations):
             continue   # the out-of-bounds step is reported; its summary is not recomputed
         want = summarize(s.phase, s.point_index, times,
                          stop_rule(times, policy.repeats, policy.until_pinned),
