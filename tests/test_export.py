@@ -684,12 +684,19 @@ REPEATABILITY_PAIRS = {
 }
 
 
+# What docs/export.md ("Repeatability") publishes of each pair: the verdict, the exported
+# points, how many of them are unstable, the median CV and agreement in percent.
+PUBLISHED_REPEATABILITY = {"qwen3-0.6b": ("failed", 64, 40, 8.6, 3.1),
+                           "qwen3-8b": ("failed", 64, 32, 5.0, 0.6)}
+
+
 @pytest.mark.parametrize("preset", REPEATABILITY_PAIRS)
 def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, json_table,
                                                                preset):
     """Issue 17's H200 pairs (5 rounds each, two engine starts): one sample per round, 10 a
     point, so the consumer's rule gives a verdict (passed or failed), never incomplete; the
-    verdict follows from the points' own statuses."""
+    verdict follows from the points' own statuses, and is the one docs/export.md
+    publishes."""
     first, second = REPEATABILITY_PAIRS[preset]
     root, _ = _production(capsys, tmp_path, "--repeats-from", str(second), artifact=first)
     report = json.loads((root / "repeatability.json").read_text())
@@ -703,6 +710,11 @@ def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, 
         assert point["status"] in ("passed", "unstable")
     failed = report["point_counts"].get("unstable", 0) + report["source_agreement_failed"]
     assert report["status"] == ("failed" if failed else "passed")
+    status, points, unstable, cv, agreement = PUBLISHED_REPEATABILITY[preset]
+    assert (report["status"], len(report["points"]), report["point_counts"].get("unstable")) \
+        == (status, points, unstable)
+    assert (round(100 * report["cv"]["median"], 1),
+            round(100 * report["source_relative_difference"]["median"], 1)) == (cv, agreement)
 
 
 def test_repeatability_counts_five_samples_as_the_consumer_does():
@@ -763,7 +775,7 @@ def test_graph_modes_may_change_only_between_adjacent_token_counts():
 
 
 def test_rounds_give_one_sample_each_back_to_back_repeats_one_per_start():
-    """Schema v5 (being written): observations carry `round` and the policy says
+    """Schema v5: observations carry `round` and the policy says
     repeat_order 'rounds': each round is a sample; back-to-back repeats are one."""
     from types import SimpleNamespace
 
