@@ -52,6 +52,7 @@ from .wire.contract import (
     PHASE_PREFILL,
     PHASES,
     PINNED_Z,
+    REPEAT_ROUNDS,
     STATUS_COMPLETE,
 )
 from .wire.model import Artifact, PointSummary
@@ -299,6 +300,17 @@ def compare_hosts(base: CanarySpread | None, cand: CanarySpread | None) -> HostC
         for name, mb, cvb, mc, cvc in workloads), None)
 
 
+def _same_order_seed(base: Artifact, cand: Artifact) -> str | None:
+    """A note when both sides drew their rounds' orders from one seed: they measured their
+    points in the same order, so a drift over a collection falls on the same points."""
+    seeds = [a.measurement_policy.order_seed for a in (base, cand)
+             if a.measurement_policy.repeat_order == REPEAT_ROUNDS]
+    if len(seeds) == 2 and seeds[0] is not None and seeds[0] == seeds[1]:
+        return (f"order: the baseline's seed ({seeds[0]}) too: both sides measured their "
+                "points in the same order; collect one with another --order-seed")
+    return None
+
+
 def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
             noise_floor_pct: float | None = None, base_name: str = "baseline",
             cand_name: str = "candidate") -> Comparison:
@@ -307,6 +319,9 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
     sides = (("baseline", base), ("candidate", cand))
     result.problems += _side_problems("baseline", base) + _side_problems("candidate", cand)
     result.sides = {side: [repeat_policy(a), canary_line(a.host_canary)] for side, a in sides}
+    same_order = _same_order_seed(base, cand)
+    if same_order:
+        result.sides["candidate"].append(same_order)
     for name, b, c in (("mode", base.mode, cand.mode), ("device", base.device, cand.device),
                        ("draft depth K", base.speculative.draft_depth,
                         cand.speculative.draft_depth),

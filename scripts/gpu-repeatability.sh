@@ -15,7 +15,10 @@ preset=${1:?preset}; name=${2:?run name}; shift 2
 runs=/root/runs/repeatability; out=${OUT:-gpu-out}
 mkdir -p "$runs/$preset-$name" "$out"
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-args=(collect --mode agg --preset "$preset" --vllm-defaults --k 3 --repeats 5
+# Each run of a pair draws its rounds' order from a seed of its own (from its name; recorded
+# in the artifact), so the two runs do not measure their points in the same order.
+seed=$(printf %s "$name" | cksum | cut -d' ' -f1)
+args=(collect --mode agg --preset "$preset" --vllm-defaults --k 3 --repeats 5 --order-seed "$seed"
       --acceptance-length 2.78 --engine-arg max_num_seqs=64 --engine-arg max_model_len=8448
       --grid docs/evidence/h200/repeatability/grid-k3.json --out "$runs/$preset-$name" "$@")
 log=$out/collect-$preset-$name.log

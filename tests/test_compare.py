@@ -410,3 +410,16 @@ def test_render_text_lists_prefill_and_decode_apart():
     assert prefill < decode
     assert "prefill: 8/8 points compared, median change +0.0%, 0 regressed" in text
     assert "decode: 4/4 points compared, median change +50.0%, 4 regressed" in text
+
+
+def test_a_pair_drawn_from_one_order_seed_is_named():
+    """Both sides measured in the same order (one seed): the candidate's lines say so; a
+    pair of different seeds says nothing of it."""
+    base = _real()
+    same = compare(base, base).sides["candidate"]
+    assert same[-1] == (f"order: the baseline's seed ({base.measurement_policy.order_seed}) "
+                        "too: both sides measured their points in the same order; collect "
+                        "one with another --order-seed")
+    other = dataclasses.replace(base, measurement_policy=dataclasses.replace(
+        base.measurement_policy, order_seed=base.measurement_policy.order_seed + 1))
+    assert not any(line.startswith("order:") for line in compare(base, other).sides["candidate"])
