@@ -28,6 +28,7 @@ from .contract import (
     MIN_PINNED_ROUNDS,
     PHASE_DECODE,
     PHASE_PREFILL,
+    PINNED_CONFIDENCE,
     PINNED_Z,
     REPEAT_BACK_TO_BACK,
     REPEAT_ORDERS,
@@ -149,6 +150,35 @@ def median_half_width(seconds: Sequence[float]) -> float | None:
         return None
     return PINNED_Z * MEDIAN_SE_FACTOR * statistics.stdev(seconds) / math.sqrt(len(seconds)) \
         / median
+
+
+def median_interval_rank(n: int, confidence: float = PINNED_CONFIDENCE) -> int | None:
+    """The distribution-free confidence interval of a median of n samples: [x_(k),
+    x_(n+1-k)] of the sorted samples covers the true median with probability 1 - 2 P(B <
+    k), B ~ Binomial(n, 1/2), whatever the noise's distribution. The largest k whose
+    coverage is at least `confidence`; None when n is too few for any (at 95%: n < 6)."""
+    tail, below, k = (1 - confidence) / 2, 0.0, 0
+    while k < n:
+        below += math.comb(n, k) / 2 ** n     # P(B <= k)
+        if below > tail:
+            break
+        k += 1
+    return k if k >= 1 else None
+
+
+def order_statistic_half_width(seconds: Sequence[float],
+                               confidence: float = PINNED_CONFIDENCE) -> float | None:
+    """The half width of the median's order-statistic interval (median_interval_rank),
+    relative to the median: its farther end from the median, so that the interval lies
+    within +-width of it. None for too few samples or a median of 0."""
+    k = median_interval_rank(len(seconds), confidence)
+    if k is None:
+        return None
+    ranked = sorted(seconds)
+    median = statistics.median(ranked)
+    if not median > 0:
+        return None
+    return max(median - ranked[k - 1], ranked[len(ranked) - k] - median) / median
 
 
 def is_pinned(seconds: Sequence[float], max_half_width: float) -> bool:
