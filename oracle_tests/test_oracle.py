@@ -30,6 +30,40 @@ def test_the_written_file_is_the_artifact_that_passed_validation(sdbench_collect
 
 def test_every_observation_is_exact(sdbench_collection):
     assert observation_violations(sdbench_collection.artifact) == []
+    assert shape_problems(sdbench_collection.artifact) == []
+
+
+def shape_problems(a) -> list[str]:
+    """Each retained step against its point, written here from the point's definition and
+    not with wire.shape (the rule the collector retains steps by, so a fault in it would
+    pass both): the scheduler's own token count for the step, the batch, and what every
+    request read. Prefill: B requests, each its whole prompt (cached prefix read, new tokens
+    computed, no drafts), B x new tokens scheduled. Decode: B requests, each one token and K
+    drafts (B x (1 + K) scheduled), each reading at least the point's context."""
+    problems = []
+    for phase, observations in (("prefill", a.prefill), ("decode", a.decode)):
+        for o in observations:
+            p, snap, where = getattr(a.grid, phase)[o.point_index], o.snapshot, \
+                f"{phase} point {o.point_index} (native {o.native_iteration_id})"
+            if phase == "prefill":
+                per_request, reads = p.new_tokens, [p.cached_prefix_tokens]
+                drafts, prompt = 0, p.cached_prefix_tokens + p.new_tokens
+            else:
+                per_request, reads = 1 + p.draft_depth, None
+                drafts, prompt = p.draft_depth, None
+            requests = snap.requests
+            if snap.phase != phase or len({r.request_id for r in requests}) != p.batch_size \
+                    or len(requests) != p.batch_size:
+                problems.append(f"{where}: a {snap.phase} step of {len(requests)} requests")
+            if snap.total_scheduled_tokens != p.batch_size * per_request:
+                problems.append(f"{where}: {snap.total_scheduled_tokens} tokens scheduled, "
+                                f"the point is {p.batch_size} x {per_request}")
+            for r in requests:
+                read_ok = r.kv_tokens in reads if reads else r.kv_tokens >= p.context_tokens
+                if r.draft_tokens != drafts or not read_ok or \
+                        (prompt is not None and r.prompt_tokens != prompt):
+                    problems.append(f"{where}: request {r.request_id} {r}")
+    return problems
 
 
 def test_agg_measures_every_prefill_point_before_any_decode_point(sdbench_collection):

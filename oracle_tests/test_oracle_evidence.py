@@ -26,10 +26,12 @@ from pytest_sdbench.wire.contract import BOOKING_MEASURED
 # most 3.2% with CUDA graphs and 0.05% eager. On CPU the profiler's range holds the timer
 # (native <= trace is asserted exactly); the gap is the host work between range and timer,
 # widened by whatever preempts a step inside it (the host's load): -1.8% over a run as a
-# rule, -5.6% once in CI. So the CPU check takes the step whose gap is least, which load
-# does not set: the timer covers all but HOST_TRACE_TOLERANCE of that step's range.
+# rule, -5.6% once in CI. Load preempts a step now and then, not most of them: so on CPU
+# the timer covers all but HOST_TRACE_TOLERANCE of its range in at least
+# HOST_AGREEING_FRACTION of the steps.
 TRACE_TOLERANCE = 0.05
 HOST_TRACE_TOLERANCE = 0.10
+HOST_AGREEING_FRACTION = 0.75
 
 
 @contextmanager
@@ -168,9 +170,11 @@ def test_host_step_times_agree_with_a_profiler_trace(sdbench_engine, sdbench_not
                     "test_cuda_step_times_agree_with_a_profiler_trace")
     pairs = _native_and_traced(sdbench_engine)
     native, trace = sum(n for n, _ in pairs), sum(t for _, t in pairs)
-    best = max(n / t for n, t in pairs)
+    ratios = sorted(n / t for n, t in pairs)
+    agreeing = sum(r >= 1 - HOST_TRACE_TOLERANCE for r in ratios) / len(ratios)
     sdbench_note(f"profiler (CPU): {len(pairs)} steps native {native * 1e3:.3f} ms, trace "
-                 f"{trace * 1e3:.3f} ms ({100 * (native / trace - 1):+.2f}%); the closest step "
-                 f"{100 * (best - 1):+.2f}%")
+                 f"{trace * 1e3:.3f} ms ({100 * (native / trace - 1):+.2f}%); steps "
+                 f"{100 * (ratios[0] - 1):+.2f}% to {100 * (ratios[-1] - 1):+.2f}%, "
+                 f"{100 * agreeing:.0f}% within {100 * HOST_TRACE_TOLERANCE:g}%")
     assert native <= trace * (1 + 1e-3)  # the timer lies inside the range (µs rounding)
-    assert best >= 1 - HOST_TRACE_TOLERANCE, pairs
+    assert agreeing >= HOST_AGREEING_FRACTION, pairs

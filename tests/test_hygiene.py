@@ -48,8 +48,12 @@ def test_a_users_own_usage_choice_is_kept(monkeypatch):
 
 def test_the_running_engine_reports_no_usage_and_records_what_it_changed(sdbench_engine):
     """The session's real engine: the variables are set while it runs, and what it changed
-    is kept on it for its shutdown to restore."""
+    is kept on it for its shutdown to restore. Every variable is checked: each default is
+    set, to its value where the engine set it (saved_env), else to the user's own."""
+    assert compat.DEFAULT_ENV
+    assert compat.IN_PROCESS_ENV
     for key, value in compat.DEFAULT_ENV.items():
+        assert key in os.environ, f"{key}: unset while the engine runs"
         if key in sdbench_engine.saved_env:      # it set this one; the user had not
             assert os.environ[key] == value, key
     for key, value in compat.IN_PROCESS_ENV.items():
