@@ -30,6 +30,7 @@ from .options import (
     k_window_note,
     repeat_plan,
 )
+from .terminal import Parser, Version, closed_pipe
 from .wire.contract import (
     K_WINDOW,
     MAX_REPORTED_VIOLATIONS,
@@ -56,7 +57,8 @@ def _k_window(text: str) -> tuple[int, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sdbench", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="sdbench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action=Version)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="start an engine, collect a profile, write the artifact "
                        "(one engine and artifact per K of a sweep, plus an index)",
@@ -141,7 +143,12 @@ def console_main() -> int:
     main itself: tests call main inside pytest's own process."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
-    return main()
+    try:
+        code = main()
+        sys.stdout.flush()   # a closed pipe is found here when the output fit the buffer
+        return code
+    except BrokenPipeError:   # `sdbench show A | head -1`
+        return closed_pipe()
 
 
 def _err(text: str) -> None:
@@ -252,7 +259,7 @@ def _collect_one(spec, args, out: str):
 
 
 def cmd_validate(args) -> int:
-    from .artifact import is_sweep_index
+    from .artifact import check_claims_an_artifact, is_sweep_index
     from .artifact.store import UnusableArtifact, read_json
     from .artifact.validate.report import validate_data
     worst = EXIT_OK
@@ -262,6 +269,7 @@ def cmd_validate(args) -> int:
             if is_sweep_index(data):
                 worst = max(worst, _validate_index(path, data, args.k_window))
                 continue
+            check_claims_an_artifact(data, path)
             report = validate_data(data, args.k_window)
         except UnusableArtifact as exc:
             print(_one_line(f"UNUSABLE {exc}"))

@@ -331,7 +331,7 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
             result.problems.append(f"{name} differs: baseline {b}, candidate {c}")
     unjudged = {side: why for side, a in sides if (why := noise_judgeable(a)) is not None}
     if unjudged and noise_floor_pct is None:
-        result.problems.append(_cannot_judge(unjudged))
+        result.problems.append(_cannot_judge(unjudged, dict(sides)))
     typical = {phase: {side: typical_cv(a, phase) for side, a in sides} for phase in PHASES}
     result.typical_cv_pct = {phase: {side: None if cv is None else round(100 * cv, 2)
                                      for side, cv in by_side.items()}
@@ -417,12 +417,18 @@ def _verdict(change: float, noise: float | None, fail_above_pct: float, slack: f
     return HOST_SLOWER if change <= bound + slack else REGRESSED
 
 
-def _cannot_judge(unjudged: dict[str, str]) -> str:
+def _cannot_judge(unjudged: dict[str, str], artifacts: dict[str, Artifact]) -> str:
+    from .recollect import collect_command  # reads the presets' configs: only when needed
     sides = "; ".join(f"the {side} {why}" for side, why in unjudged.items())
+    commands = {side: collect_command(artifacts[side], MIN_ROUNDS_FOR_NOISE)
+                for side in unjudged}
+    again = (f"`{next(iter(commands.values()))}`" if len(set(commands.values())) == 1 else
+             ", ".join(f"the {side}: `{command}`" for side, command in commands.items()))
     return (f"cannot judge noise: {sides}. A point's noise is its dispersion across at least "
             f"{MIN_ROUNDS_FOR_NOISE} rounds on both sides: collect each with --repeats "
-            f"{MIN_ROUNDS_FOR_NOISE} or more (rounds, the default order), or state the noise "
-            "with --noise-floor PCT")
+            f"{MIN_ROUNDS_FOR_NOISE} or more (rounds, the default order), e.g. {again} (with "
+            "the --grid it was collected with, if any); or state the noise with --noise-floor "
+            "PCT")
 
 
 # ---- output ---------------------------------------------------------------------------

@@ -117,7 +117,8 @@ SUMMARY_COLUMNS = (
     SummaryColumn("n", lambda s: str(s.samples)),
     SummaryColumn("median ms", lambda s: f"{1e3 * s.median_seconds:.3f}"),
     SummaryColumn(CI_LABEL, lambda s: _pct(s.median_half_width)),
-    SummaryColumn("cv %", lambda s: _pct(s.cv)),
+    # the artifact's cv is 0 for one sample; a spread of one sample is unknown, as its CI
+    SummaryColumn("cv %", lambda s: _pct(s.cv if s.samples > 1 else None)),
     SummaryColumn("min ms", lambda s: f"{1e3 * s.min_seconds:.3f}"),
     SummaryColumn("max ms", lambda s: f"{1e3 * s.max_seconds:.3f}"),
     SummaryColumn("stop", lambda s: s.stop),

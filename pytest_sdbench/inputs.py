@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoints import check_checkpoints, vllm_version
-from .engine.compat import BLOCK_SIZE, engine_argument_names
+from .engine.compat import BLOCK_SIZE, engine_argument_names, refused_engine_argument
 from .engine.placement import CpuListError, check_cpus
 from .engine.presets import PRESETS
 from .engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
@@ -36,9 +36,10 @@ from .wire.points import Grid, GridError, KnownLimits, fit_errors
 def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:
     """Everything about the user's choices that can be checked before an engine starts
     (a start takes 15-90 s): the engine choices, the engine argument names against vLLM's
-    EngineArgs, the grid manifest against the mode, K, acceptance and the engine's limits
-    known before it starts, --plots without matplotlib, SDBENCH_STALL_SECONDS when it stands
-    for --stall-seconds, and the output folder (--artifact-dir / --sdbench-artifact-dir).
+    EngineArgs and their values against its config classes, the grid manifest against the
+    mode, K, acceptance and the engine's limits known before it starts, --plots without
+    matplotlib, SDBENCH_STALL_SECONDS when it stands for --stall-seconds, and the output
+    folder (--artifact-dir / --sdbench-artifact-dir).
     `values` holds the options by their dest. Raises InputError."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     check_engine_choices(values, cli)
@@ -57,6 +58,7 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
         except CpuListError as exc:
             raise InputError(f"{opt('cpus')}: {exc}") from None
     check_engine_arg_names(values, opt)
+    check_engine_arg_values(values, opt)
     if values.get("grid"):
         depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
         grid = check_grid_file(values["grid"], values.get("mode"), depths,
@@ -92,6 +94,19 @@ def check_engine_arg_names(values: dict, opt) -> None:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise InputError(f"{opt(option)}: {unknown[0]!r} is not an engine argument of "
                              f"vLLM {vllm_version()}: EngineArgs has no such field{hint}")
+
+
+def check_engine_arg_values(values: dict, opt) -> None:
+    """Each engine argument's value against vLLM's own config classes
+    (compat.refused_engine_argument): a value vLLM would refuse only once the engine starts
+    (8-90 s) is refused now, naming the field and the value."""
+    config, given = values.get("engine_config") or {}, dict(values.get("engine_arg") or [])
+    for option, args in (("engine-arg", given), ("engine-config", config)):
+        refused = refused_engine_argument(args) if args else None
+        if refused is not None:
+            raise InputError(f"{opt(option)}: {refused.name}={refused.value!r} is refused by "
+                             f"vLLM {vllm_version()}'s {refused.config_field}: "
+                             f"{refused.reason}")
 
 
 # The engine settings a grid must fit that can be known before the engine starts.

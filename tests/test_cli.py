@@ -115,7 +115,8 @@ def _printed(summary: dict) -> list[str]:
     def pct(value, digits=2):
         return "-" if value is None else f"{100 * value:.{digits}f}"
     return [str(summary["samples"]), f"{summary['median_seconds'] * 1e3:.3f}",
-            pct(summary["median_half_width"]), pct(summary["cv"]),
+            pct(summary["median_half_width"]),
+            pct(summary["cv"] if summary["samples"] > 1 else None),   # one sample: no spread
             f"{summary['min_seconds'] * 1e3:.3f}", f"{summary['max_seconds'] * 1e3:.3f}",
             summary["stop"], pct(summary["canary_spread"], 1)]
 

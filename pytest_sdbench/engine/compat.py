@@ -226,6 +226,92 @@ def _init_parameters(path, name: str) -> set[str]:
     return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} - {"self"}
 
 
+# Config classes whose fields are not the engine arguments of the same name: the whole
+# config, and the draft's (its model, revision, max_model_len are the draft's own).
+_NOT_ARGUMENT_CONFIGS = ("VllmConfig", "SpeculativeConfig")
+
+
+class RefusedValue(NamedTuple):
+    name: str
+    value: Any
+    config_field: str     # e.g. SchedulerConfig.max_num_seqs
+    reason: str           # pydantic's message, one line
+
+
+def refused_engine_argument(args: dict[str, Any]) -> RefusedValue | None:
+    """The first engine argument whose value vLLM's own config classes refuse: each value
+    validated by the core schema (type, bounds, vLLM's field validators) of every config
+    field of its name, without building a config (a ModelConfig would read the model).
+    vLLM is imported under the engine's environment (prepare_environment), as the engine
+    start will import it. None: every value accepted, or vLLM cannot say here (the engine
+    start then says what is wrong). None values are vLLM's own defaults and not checked."""
+    given = {k: v for k, v in args.items() if v is not None}
+    if not given:
+        return None
+    validators = _config_field_validators(frozenset(given))
+    for name, value in given.items():
+        for config_field, validator in validators.get(name, ()):
+            reason = _refusal(validator, value)
+            if reason is not None:
+                return RefusedValue(name, value, config_field, reason)
+    return None
+
+
+def _refusal(validator, value) -> str | None:
+    from pydantic_core import ValidationError
+    try:
+        validator.validate_python(value)
+    except ValidationError as exc:
+        return " ".join(str(exc.errors()[0]["msg"]).split())
+    except Exception:  # noqa: BLE001 (a validator that needs the whole config: not ours)
+        return None
+    return None
+
+
+def _config_field_validators(names: frozenset[str]) -> dict[str, list]:
+    """name -> [(Class.field, validator)] for the config fields named `names`."""
+    saved = prepare_environment()
+    try:
+        import vllm.config as configs
+        from pydantic_core import SchemaValidator
+    except Exception:  # noqa: BLE001 (vLLM does not import here: the engine start says why)
+        return {}
+    finally:
+        restore_environment(saved)
+    found: dict[str, list] = {}
+    for class_name in sorted(dir(configs)):
+        cls = getattr(configs, class_name)
+        if class_name in _NOT_ARGUMENT_CONFIGS or not isinstance(cls, type):
+            continue
+        try:
+            core_schema = getattr(cls, "__pydantic_core_schema__", None)
+        except Exception:  # noqa: BLE001 (a class pydantic cannot build yet)
+            continue
+        for name, schema in _field_schemas(core_schema):
+            if name in names:
+                try:
+                    found.setdefault(name, []).append(
+                        (f"{class_name}.{name}", SchemaValidator(schema)))
+                except Exception:  # noqa: BLE001 (a schema that stands only in its class)
+                    continue
+    return found
+
+
+def _field_schemas(schema) -> list[tuple[str, dict]]:
+    """(field name, its core schema) of a pydantic dataclass's core schema: the fields of
+    its dataclass-args, each with the definitions its schema may refer to."""
+    definitions: list = []
+    while isinstance(schema, dict) and schema.get("type") != "dataclass-args":
+        definitions += schema.get("definitions", []) if schema.get("type") == "definitions" \
+            else []
+        schema = schema.get("schema")
+    if not isinstance(schema, dict):
+        return []
+    return [(f["name"], {"type": "definitions", "schema": f["schema"],
+                         "definitions": definitions} if definitions else f["schema"])
+            for f in schema.get("fields", ())]
+
+
 # ---- reading a SchedulerOutput (the producer side) --------------------------------------
 # The observer's hot path: schedule() and update_from_output() run once a step, so what they
 # read is copied as plain tuples with C-level loops only (tuple(), map()); the per-request
