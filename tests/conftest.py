@@ -39,9 +39,9 @@ def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid, tmp_path_factory
 
 @pytest.fixture
 def cpu_artifact_data():
-    """A real artifact (schema v5, 3 rounds), written by a CPU collection of the tiny preset
+    """A real artifact (schema v6, 3 rounds), written by a CPU collection of the tiny preset
     (vLLM 0.32)."""
-    return json.loads((FIXTURES / "cpu-agg-v5.json").read_text())
+    return json.loads((FIXTURES / "cpu-agg-v6.json").read_text())
 
 
 @pytest.fixture(scope="session")

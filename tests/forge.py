@@ -29,13 +29,13 @@ from pytest_sdbench.wire.typed import decode, digest
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = ROOT / "docs" / "evidence" / "h200"
-# Real artifacts: the CPU v5 fixture (rounds); the CPU v4 fixture and a v4 H200 production
+# Real artifacts: the CPU v6 fixture (rounds, settled decode steps); the CPU v4 fixture and a v4 H200 production
 # profile (the smallest of K=3: graphs, synthetic acceptance, 5 back-to-back repeats, engine
 # settings), read as legacy v4; and the committed H200 agg artifacts (schema v3, read as
 # legacy). Legacy forgeries stay in their version's shape, digests recomputed on the
 # document as written.
 BASES = {
-    "cpu-v5": FIXTURES / "cpu-agg-v5.json",
+    "cpu-v6": FIXTURES / "cpu-agg-v6.json",
     "cpu-v4": FIXTURES / "cpu-agg-v4.json",
     "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json",
     "h200-graph-v3": H200 / "artifacts-graph" / "sdbench-agg-150af679fb5a.json",
@@ -86,8 +86,13 @@ V5_SUMMARY_FIELDS = ("median_half_width", "stop", "canary_spread")
 
 
 def current(data: dict) -> bool:
-    """A schema v5 document (rounds, canary); older ones stay in their own shape."""
-    return data.get("schema_version") == 5
+    """A schema v5 or later document (rounds, canary); older ones stay in their own shape."""
+    return data.get("schema_version") in (5, 6)
+
+
+def _lower_median(values: list[float]) -> float:
+    ranked = sorted(values)
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def _rounds(data: dict) -> list:
@@ -106,15 +111,18 @@ def resummarize(data: dict) -> None:
         until = UntilPinned(**until)
     rounds = _rounds(data) if current(data) else []
     for phase in PHASES:
-        by_point: dict[int, list[dict]] = {}
+        # a sample is a work item: its observations (settled decode steps) share its round
+        # and repeat, and its time is their lower median
+        items: dict[int, dict[tuple[int, int], list[float]]] = {}
         for obs in data[phase]:
-            by_point.setdefault(obs["point_index"], []).append(obs)
-        for i, obs in sorted(by_point.items()):
-            obs.sort(key=lambda o: (o.get("round", 0), o.get("repeat", 0)))
-            t = [o["timing"]["seconds"] for o in obs]
+            key = (obs.get("round", 0), obs.get("repeat", 0))
+            items.setdefault(obs["point_index"], {}).setdefault(key, []).append(
+                obs["timing"]["seconds"])
+        for i, by_item in sorted(items.items()):
+            keys = sorted(by_item)
+            t = [_lower_median(by_item[k]) for k in keys]
             summary = asdict(summarize(phase, i, t, stop_rule(t, policy["repeats"], until),
-                                       point_canary_spread(rounds, [o.get("round", 0)
-                                                                    for o in obs])))
+                                       point_canary_spread(rounds, [k[0] for k in keys])))
             if not current(data):
                 for name in V5_SUMMARY_FIELDS:
                     summary.pop(name)
@@ -150,7 +158,9 @@ def reorder(data: dict) -> None:
         order = round_order(refs, seed, r["index"])
         r["order"] = [{"phase": ref.phase, "point_index": ref.point_index} for ref in order]
         for ref in order:
-            for obs in taken.get((r["index"], ref), []):
+            steps = sorted(taken.get((r["index"], ref), []),
+                           key=lambda o: (o.get("repeat", 0), o.get("step_index", 0)))
+            for obs in steps:
                 next_id += 7   # unbooked and warm-up steps run between measured ones
                 set_native_id(obs, next_id)
 
@@ -234,13 +244,12 @@ def repeat_points(data: dict, factors: tuple[float, ...]) -> dict:
         del rounds[1:]
         for phase in PHASES:
             data[phase] = [o for o in data[phase] if o["round"] == 0]
-    first = {(phase, o["point_index"]): o for phase in PHASES for o in data[phase]
-             if o["repeat"] == 0}
+    first = [(phase, o) for phase in PHASES for o in data[phase] if o["repeat"] == 0]
     next_id = 1 + max_native_id(data)
     for r, factor in enumerate(factors, start=1):
         if rounds:
             rounds.append(dict(copy.deepcopy(rounds[0]), index=r))
-        for (phase, _), obs in first.items():
+        for phase, obs in first:
             twin = copy.deepcopy(obs)
             twin["repeat"] = r
             if rounds:

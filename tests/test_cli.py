@@ -24,7 +24,7 @@ from pytest_sdbench.cli import SUMMARY_HEADER, main
 from .conftest import FIXTURES
 
 REAL = FIXTURES / "cpu-agg-v4.json"
-ROUNDS = FIXTURES / "cpu-agg-v5.json"   # 3 rounds, host canary, CPU placement
+ROUNDS = FIXTURES / "cpu-agg-v6.json"   # 3 rounds, host canary, CPU placement
 
 
 def test_validate_exit_codes(tmp_path, capsys):

@@ -46,7 +46,7 @@ from pytest_sdbench.wire.rounds import canary_readings, canary_spread
 from . import forge
 from .conftest import FIXTURES
 
-REAL = FIXTURES / "cpu-agg-v5.json"
+REAL = FIXTURES / "cpu-agg-v6.json"
 LEGACY = FIXTURES / "cpu-agg-v4.json"
 
 

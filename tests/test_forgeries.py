@@ -92,6 +92,11 @@ def v5(d):
     return d["schema_version"] >= 5
 
 
+def v6(d):
+    """Schema v6: settled decode steps (several a work item) and the GPU clock."""
+    return d["schema_version"] >= 6
+
+
 def cpu(d):
     return d["device"] == "cpu"
 
@@ -131,6 +136,8 @@ def pick_obs(draw: Draw, d, phase=None, batch=1):
 # ---- 1. coherent CPU <-> CUDA relabel ------------------------------------------------------
 
 NAME = {"cpu": "x86_64", "cuda": "NVIDIA H200"}
+CLOCK = {"sm_mhz_before": 1980, "sm_mhz_after": 1965, "max_sm_mhz": 1980,
+         "reasons": ["sw_power_cap"], "capped": True}
 BACKEND = {"cpu": "CPU_ATTN", "cuda": "FLASH_ATTN"}
 
 
@@ -155,6 +162,9 @@ def relabel(d, keep: str) -> None:
         obs["provenance"]["timer"] = TIMER_FOR_SOURCE[SOURCE_FOR_DEVICE[to]]
     if d.get("environment"):
         d["environment"]["other_gpu_processes"] = 0 if to == "cuda" else None
+    if v6(d):   # the GPU clock a CUDA run reads beside each work item, as a forger writes it
+        for _, obs in observations(d):
+            obs["gpu_clock"] = CLOCK if to == "cuda" else None
     for r in d.get("rounds", []):   # the canary's kernel launch reading is CUDA's alone
         for reading in (r["canary_before"], r["canary_after"]):
             if reading is not None:
@@ -265,7 +275,8 @@ def request_listed_twice(d, draw):
 
 @forgery("shape", r"^((prefill|decode)\[\d+\]\.native_iteration_id: must be >= 1 \(vLLM numbers "
          r"steps from 1\), got -?\d+|.*\.snapshot\.corrections\[\d+\]: .*|rounds\[\d+\]\.order: "
-         r".* has native_iteration_id -?\d+, not after .*)$",
+         r".* has native_iteration_id -?\d+, not after .*|decode\[\d+\]\.native_iteration_id: "
+         r"-?\d+ \(round \d+\) does not follow step \d+'s .*)$",
          must=r"\.native_iteration_id: must be >= 1")
 def native_id_not_positive(d, draw):
     cohere(d)
@@ -707,7 +718,7 @@ def v2_label_with_negative_run_acceptance_samples(d, draw):
     pick(draw, d["decode"])["run_acceptance_samples"] = -draw(st.integers(1, 100))
 
 
-@forgery("legacy", r"^schema_version: expected an integer 1\.\.5, got (bool True|bool False|"
+@forgery("legacy", r"^schema_version: expected an integer 1\.\.6, got (bool True|bool False|"
          r"float [\d.]+|str '\d')$")
 def version_not_an_integer(d, draw):
     d["schema_version"] = pick(draw, [True, False, 1.0, 3.0, "3"])
@@ -771,11 +782,14 @@ def an_extra_repeat(d, draw):
     already measured in (the IDs made to run along the order, as a forger would)."""
     phase = pick(draw, grid_phases(d))
     obs = pick(draw, d[phase])
-    twin = copy.deepcopy(obs)
-    twin["repeat"] = max(o["repeat"] for o in d[phase]
-                         if o["point_index"] == obs["point_index"]) + 1
-    set_native_id(twin, max_native_id(d) + 1)
-    d[phase].append(twin)
+    item = [o for o in d[phase] if (o["point_index"], o.get("round"), o["repeat"]) ==
+            (obs["point_index"], obs.get("round"), obs["repeat"])]   # settled steps: several
+    repeat = max(o["repeat"] for o in d[phase] if o["point_index"] == obs["point_index"]) + 1
+    for step in item:
+        twin = copy.deepcopy(step)
+        twin["repeat"] = repeat
+        set_native_id(twin, max_native_id(d) + 1)
+        d[phase].append(twin)
     cohere(d)
 
 
@@ -921,12 +935,13 @@ def order_swapped(d, draw):
     slots = [i for i, x in enumerate(r["order"]) if x["phase"] == phase]
     i, j = draw(st.sampled_from([(a, b) for a in slots for b in slots if a < b]))
     r["order"][i], r["order"][j] = r["order"][j], r["order"][i]
-    taken = {(o["round"], p, o["point_index"]): o for p, o in observations(d)}
+    taken: dict[tuple, list] = {}
+    for p, o in observations(d):
+        taken.setdefault((o["round"], p, o["point_index"]), []).append(o)
     next_id = 1
     for rr in d["rounds"]:
         for x in rr["order"]:
-            obs = taken.get((rr["index"], x["phase"], x["point_index"]))
-            if obs is not None:
+            for obs in taken.get((rr["index"], x["phase"], x["point_index"]), []):
                 next_id += 7
                 set_native_id(obs, next_id)
     reseal(d)
@@ -937,16 +952,18 @@ def seed_changed(d, draw):
     d["measurement_policy"]["order_seed"] += draw(st.integers(1, 1000))
 
 
-@forgery("rounds", r"^rounds\[\d+\]\.order: (prefill|decode)\[\d+\] in round \d+ has "
+@forgery("rounds", r"^(rounds\[\d+\]\.order: (prefill|decode)\[\d+\] in round \d+ has "
          r"native_iteration_id \d+, not after .*; the observations were not taken in the "
-         r"recorded order$", applies=v5)
+         r"recorded order|decode\[\d+\]\.native_iteration_id: \d+ \(round \d+\) does not "
+         r"follow step \d+'s \d+ .*)$", must=r"^rounds\[\d+\]\.order: ", applies=v5)
 def ids_out_of_order(d, draw):
     """Two samples of one round swap their native iteration IDs: the order recorded is not
     the order taken."""
     r = pick(draw, d["rounds"])
-    mine = [o for _, o in observations(d) if o["round"] == r["index"]]
-    a, b = draw(st.sampled_from([(x, y) for x in mine for y in mine
-                                 if x["native_iteration_id"] < y["native_iteration_id"]]))
+    mine = [(p, o) for p, o in observations(d) if o["round"] == r["index"]]
+    a, b = draw(st.sampled_from([(x, y) for p, x in mine for q, y in mine   # two work items
+                                 if (p, x["point_index"]) != (q, y["point_index"])
+                                 and x["native_iteration_id"] < y["native_iteration_id"]]))
     ida, idb = a["native_iteration_id"], b["native_iteration_id"]
     set_native_id(a, idb)
     set_native_id(b, ida)
@@ -1029,8 +1046,9 @@ def sample_moved_to_another_round(d, draw):
     reseal(d)
 
 
-@forgery("rounds", r"^summaries\[\d+\]\.stop: '\w+', yet its \d+ samples under the policy's rule "
-         r"give '\w+'$", applies=v5)
+@forgery("rounds", r"^(summaries\[\d+\]\.stop: '\w+', yet its \d+ samples under the policy's "
+         r"rule give '\w+'|status: 'complete' while .* still ask for samples .*)$",
+         must=r"^summaries\[\d+\]\.stop: ", applies=v5)
 def stop_altered(d, draw):
     summary = pick(draw, d["summaries"])
     summary["stop"] = pick(draw, [s for s in ("pinned", "round_cap", "not_finished")
@@ -1102,14 +1120,14 @@ def test_real_gpu_names_are_accepted_on_a_cuda_run(base, name):
                                   "AuthenticAMD"])
 def test_cpu_names_are_accepted_on_a_cpu_run(name):
     """A GPU prefix counts as a whole word: Windows' "AMD64 ..." processor is no GPU."""
-    d = load("cpu-v5")
+    d = load("cpu-v6")
     rename_device(d, name)
     report = validate_data(d)
     assert report.ok, report.errors
 
 
 def test_an_unmeasured_observer_cost_is_flagged_not_refused():
-    d = load("cpu-v5")
+    d = load("cpu-v6")
     d["observer_cost"] = None
     report = validate_data(d)
     assert report.ok, report.errors
@@ -1118,7 +1136,7 @@ def test_an_unmeasured_observer_cost_is_flagged_not_refused():
 
 
 def test_contention_is_flagged_not_refused():
-    d = load("cpu-v5")
+    d = load("cpu-v6")
     d["environment"].update(other_cpu_cores=1.7, contended=True,
                             reason="other processes used 1.70 CPU cores on average")
     report = validate_data(d)
@@ -1203,16 +1221,16 @@ def _write_hostile(tmp_path, kind: str):
     if kind == "deep-arrays":
         path.write_text("[" * 200_000 + "]" * 200_000)
     elif kind == "deep-in-an-artifact":
-        d = load("cpu-v5")
+        d = load("cpu-v6")
         text = json.dumps(d)
         path.write_text(text[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     elif kind == "deep-objects":
         path.write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
     elif kind == "duplicate-key":
-        text = json.dumps(load("cpu-v5"))
+        text = json.dumps(load("cpu-v6"))
         path.write_text(text[:-1] + ', "run_id": "another"}')
     elif kind == "duplicate-nested-key":
-        text = json.dumps(load("cpu-v5")).replace('"phase": "decode",',
+        text = json.dumps(load("cpu-v6")).replace('"phase": "decode",',
                                                   '"phase": "decode", "phase": "prefill",', 1)
         path.write_text(text)
     elif kind == "oversized":
@@ -1231,7 +1249,7 @@ def _write_hostile(tmp_path, kind: str):
                 handle.write(b" " * (1 << 20))
             handle.write(b" " * (MAX_ARTIFACT_BYTES % (1 << 20) + 1))
     elif kind == "broken-gzip":
-        path.write_bytes(gzip.compress(json.dumps(load("cpu-v5")).encode())[:4096])
+        path.write_bytes(gzip.compress(json.dumps(load("cpu-v6")).encode())[:4096])
     return path
 
 
@@ -1282,7 +1300,7 @@ def test_hostile_json_from_the_command_line_prints_no_traceback(tmp_path):
 
 
 def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
-    d = load("cpu-v5")
+    d = load("cpu-v6")
     extra = MAX_REPORTED_VIOLATIONS + 7
     d.update({f"forged_{i}": i for i in range(extra)})
     path = tmp_path / "many.json"
@@ -1295,7 +1313,7 @@ def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
 
 
 def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
-    d = load("cpu-v5")
+    d = load("cpu-v6")
     d["forged\nVALID everything"] = 1
     path = tmp_path / "newline.json"
     path.write_text(json.dumps(d))
@@ -1307,7 +1325,7 @@ def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
 
 def test_measured_sum_tolerance_is_relative():
     """A sum that differs by float rounding only (order of addition) is accepted."""
-    d = load("cpu-v5")
+    d = load("cpu-v6")
     d["measured_seconds"] = math.fsum(o["timing"]["seconds"] for _, o in observations(d)) * \
         (1 + 1e-12)
     assert validate_data(d).ok

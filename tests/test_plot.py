@@ -28,7 +28,7 @@ from pytest_sdbench.wire.rounds import canary_readings
 from .conftest import FIXTURES
 
 REAL = FIXTURES / "cpu-agg-v4.json"      # legacy: back-to-back repeats, no canary
-ROUNDS = FIXTURES / "cpu-agg-v5.json"    # 3 rounds, host canary
+ROUNDS = FIXTURES / "cpu-agg-v6.json"    # 3 rounds, host canary
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -51,7 +51,7 @@ def test_plot_writes_pngs_and_one_self_contained_page(drawing, tmp_path, capsys)
     out = tmp_path / "plots"
     assert main(["plot", str(ROUNDS), "--out", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["cpu-agg-v5-canary.png", "cpu-agg-v5-decode.png", "cpu-agg-v5-prefill.png",
+    assert names == ["cpu-agg-v6-canary.png", "cpu-agg-v6-decode.png", "cpu-agg-v6-prefill.png",
                      "sdbench-plots.html"]
     for name in names[:3]:
         assert (out / name).read_bytes().startswith(PNG_MAGIC)

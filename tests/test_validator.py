@@ -1,5 +1,5 @@
 """Each rule of the fail-closed validator rejects its case and names the field and value.
-The artifacts are mutations of a real CPU artifact (tests/fixtures/cpu-agg-v5.json: 3
+The artifacts are mutations of a real CPU artifact (tests/fixtures/cpu-agg-v6.json: 3
 rounds), or of the legacy bases of tests/forge.py where a rule is about them."""
 
 import json
@@ -42,7 +42,7 @@ def test_duplicated_observation(cpu_artifact_data):
     n = len(cpu_artifact_data["decode"]) - 1
     text = errors_of(cpu_artifact_data)
     assert f"decode[{n}].repeat: point {first['point_index']} repeat {first['repeat']} " \
-           "duplicates decode[0]" in text
+           f"step {first['step_index']} duplicates decode[0]" in text
     assert f"decode[{n}].native_iteration_id" in text
 
 
@@ -95,10 +95,16 @@ def test_whole_artifact_relabelled_as_cuda(cpu_artifact_data):
         "identity.device_name: 'x86_64' on a 'cuda' run; a GPU's name begins with one of "
         "NVIDIA, Tesla, Quadro, GeForce, TITAN, AMD, Radeon, AMD Instinct, a CPU's with none",
         "identity.attention_backend: 'CPU_ATTN' is a cpu backend, on a 'cuda' run"]
+    # no sample carries the GPU clock a CUDA run reads beside each work item
+    observed = [f"{phase}[{i}]" for phase in ("prefill", "decode")
+                for i in range(len(cpu_artifact_data[phase]))]
+    assert lines[2:2 + len(observed)] == [f"{where}.gpu_clock: null on a cuda run; every CUDA "
+                                          "sample carries the GPU clock it ran at"
+                                          for where in observed]
     # and the host canary, read with no kernel launches, says so in every round
-    assert lines[2:] == [f"rounds[{r}].canary_{when}.launch_seconds: None on a 'cuda' run (the "
-                         "kernel launch reading is taken on cuda, null on cpu)"
-                         for r in range(3) for when in ("before", "after")]
+    assert lines[2 + len(observed):] == [
+        f"rounds[{r}].canary_{when}.launch_seconds: None on a 'cuda' run (the kernel launch "
+        "reading is taken on cuda, null on cpu)" for r in range(3) for when in ("before", "after")]
 
 
 def test_complete_with_incomplete_coverage(cpu_artifact_data):
@@ -161,8 +167,8 @@ def test_bool_or_float_where_an_integer_belongs(cpu_artifact_data, value, kind):
 
 
 def test_future_version_is_refused(cpu_artifact_data):
-    cpu_artifact_data["schema_version"] = 6
-    assert "schema_version: 6 is newer than this reader" in errors_of(cpu_artifact_data)
+    cpu_artifact_data["schema_version"] = 7
+    assert "schema_version: 7 is newer than this reader" in errors_of(cpu_artifact_data)
 
 
 @pytest.mark.parametrize("name, marker, decode", [
@@ -273,7 +279,7 @@ def test_repeats_of_a_point_share_its_warmup(cpu_artifact_data):
 
 def test_a_boolean_is_no_schema_version(cpu_artifact_data):
     cpu_artifact_data["schema_version"] = True
-    assert errors_of(cpu_artifact_data) == "schema_version: expected an integer 1..5, got bool True"
+    assert errors_of(cpu_artifact_data) == "schema_version: expected an integer 1..6, got bool True"
 
 
 def test_a_legacy_label_must_fit_the_document():
