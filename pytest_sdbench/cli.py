@@ -111,6 +111,18 @@ def _parser() -> argparse.ArgumentParser:
     add_fidelity_arguments(sub.add_parser(
         "fidelity", help="serve a held-out workload on an engine configured as the "
         "profile's; report how well the profile (ours, AISimulate's loader) predicted it"))
+    x = sub.add_parser("crosscheck", help="measure vLLM alone (no observer, its own "
+                       "multiprocess engine core) at the profile's decode points, with the "
+                       "profile's engine settings; report profile/vLLM per point")
+    x.add_argument("profile", metavar="PROFILE", help="an artifact collected on this device")
+    x.add_argument("--engine-core", choices=("multiprocess", "inprocess"),
+                   default="multiprocess", help="vLLM's engine core in its own process, as "
+                   "`vllm serve` runs it (default), or in this one")
+    x.add_argument("--repeats", type=_positive, default=5, metavar="N",
+                   help="slopes measured a point; its figure is their median (default 5)")
+    x.add_argument("--out", metavar="DIR", help="folder for crosscheck-<core>.json/.txt/.png "
+                   "(default: beside the profile)")
+    x.add_argument("--no-plots", action="store_true", help="no PNG")
     return parser
 
 
@@ -125,7 +137,8 @@ def main(argv=None) -> int:
     try:
         return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
                 "compare": cmd_compare, "plot": cmd_plot,
-                "export": cmd_export, "fidelity": cmd_fidelity}[args.command](args)
+                "export": cmd_export, "fidelity": cmd_fidelity,
+                "crosscheck": cmd_crosscheck}[args.command](args)
     except KeyboardInterrupt:   # what was measured is saved (and said) where it was taken
         _err("sdbench: interrupted")
         return EXIT_INTERRUPTED
@@ -500,6 +513,51 @@ def cmd_export(args) -> int:
     from .export.command import run
     return run(args, {digest: KnownConfig(text, source)
                       for digest, (text, source) in config_texts().items()})
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def cmd_crosscheck(args) -> int:
+    from pathlib import Path
+
+    from .crosscheck import CrosscheckUnusable, check_profile, crosscheck, table, write
+    from .fidelity.match import ProfileUnusable, read_profile
+    from .inputs import check_vllm_installed
+    from .options import InputError
+    from .vram import cuda_available
+    profile = Path(args.profile)
+    out = Path(args.out) if args.out else profile.parent
+    try:   # everything checkable before an engine starts
+        check_vllm_installed()
+        artifact = read_profile(profile)
+        check_profile(artifact, cuda_available())
+        problem = out_dir_problem(out)
+        if problem:
+            raise InputError(f"--out: {problem}")
+    except (InputError, ProfileUnusable, CrosscheckUnusable) as exc:
+        _err(f"sdbench crosscheck: {exc}")
+        return EXIT_UNUSABLE
+    _err(f"sdbench crosscheck: starting vLLM alone as the profile's engine "
+         f"({args.engine_core} engine core) ...")
+    try:
+        report = crosscheck(artifact, args.engine_core, args.repeats,
+                            say=lambda line: _err(f"sdbench crosscheck: {line}"))
+    except Exception as exc:  # noqa: BLE001 (vLLM fails in many ways; one line says why)
+        from .engine.surface import describe_failure
+        _err(f"sdbench crosscheck: vLLM alone failed: {describe_failure(exc)}")
+        return EXIT_INVALID
+    print(table(report))
+    for path in write(report, out, plots=not args.no_plots):
+        _err(f"sdbench crosscheck: wrote {path}")
+    return EXIT_OK
 
 
 def cmd_fidelity(args) -> int:
