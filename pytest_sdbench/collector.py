@@ -35,7 +35,7 @@ from typing import cast
 
 from .engine import compat, ranks
 from .engine.canary import measure_canary
-from .engine.clock import ClockReader, clock_around, open_clock
+from .engine.clock import ClockReader, NoClock, open_clock
 from .engine.surface import Engine, InProcessEngine
 from .observer.observer import NativeObserver, TimingMissing
 from .observer.timing import timer_for
@@ -75,7 +75,7 @@ from .wire.model import (
     utc_now,
 )
 from .wire.points import DecodePoint, Grid, GridError, PrefillPoint, decode_max_tokens, fit_errors
-from .wire.records import GpuClock, Provenance
+from .wire.records import Provenance
 from .wire.rounds import (
     CanarySample,
     PointRef,
@@ -174,7 +174,7 @@ class Collector:
         self.progress = progress or (lambda done, total, label: None)
         self.on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
         self.observer: NativeObserver | None = None
-        self.clock: ClockReader | None = None
+        self.clock: ClockReader | NoClock = NoClock()
         self.timed_seconds = 0.0
         self._done, self._total = 0, 0
 
@@ -413,31 +413,23 @@ class Collector:
             if ref.phase == PHASE_PREFILL:
                 if reseed:
                     self._prefill_seed(state)
-                before = self._read_clock()
+                before = self.clock.read()
                 record, outputs = self._prefill_once(state, BOOKING_MEASURED)
-                clock = self._clock_since(before)
+                clock = self.clock.since(before)
                 return [self._prefill_observation(ref.point_index, state, record, outputs,
                                                   clock, repeat, round_index)]
             assert isinstance(state.point, DecodePoint)
             with self._acceptance(state.point):
                 if reseed:
                     self._decode_seed(state)
-                before = self._read_clock()
+                before = self.clock.read()
                 _, steps = self._decode_once(state, BOOKING_MEASURED)
-                clock = self._clock_since(before)
+                clock = self.clock.since(before)
             return self._decode_observations(ref.point_index, state, steps, clock, repeat,
                                              round_index)
         observations = self._paused_gc(work)
         state.seconds.append(Sample(repeat, round_index, tuple(observations)).seconds)
         return observations
-
-    def _read_clock(self):
-        return self.clock.read() if self.clock is not None else None
-
-    def _clock_since(self, before) -> GpuClock | None:
-        if self.clock is None or before is None:
-            return None
-        return clock_around(before, self.clock.read(), self.clock.max_sm_mhz)
 
     # ---- the whole collection -----------------------------------------------------------
     def collect(self, mode: str, grid: Grid) -> CollectionResult:

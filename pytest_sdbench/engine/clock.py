@@ -42,18 +42,30 @@ class ClockReader:
         bits = int(get(handle))
         return mhz, tuple(name for name, bit in _REASON_BITS.items() if bits & bit)
 
+    def since(self, before: tuple[int, tuple[str, ...]] | None) -> GpuClock | None:
+        """The clock over a run: `before` (read() right before it) and a reading now."""
+        if before is None:
+            return None
+        after = self.read()
+        reasons = tuple(sorted(set(before[1]) | set(after[1]), key=CLOCK_REASONS.index))
+        return GpuClock(sm_mhz_before=before[0], sm_mhz_after=after[0],
+                        max_sm_mhz=self.max_sm_mhz, reasons=reasons,  # type: ignore[arg-type]
+                        capped=GpuClock.capped_by(reasons))
 
-def open_clock(device: str) -> ClockReader | None:
-    """The reader of the engine's current CUDA device; None on CPU."""
-    if device != DEVICE_CUDA:
+
+class NoClock:
+    """A CPU engine's: no GPU clock to read."""
+
+    def read(self) -> None:
         return None
+
+    def since(self, before: tuple[int, tuple[str, ...]] | None) -> None:
+        return None
+
+
+def open_clock(device: str) -> ClockReader | NoClock:
+    """The reader of the engine's current CUDA device; NoClock on CPU."""
+    if device != DEVICE_CUDA:
+        return NoClock()
     import torch
     return ClockReader(torch.cuda.current_device())
-
-
-def clock_around(before: tuple[int, tuple[str, ...]], after: tuple[int, tuple[str, ...]],
-                 max_sm_mhz: int) -> GpuClock:
-    reasons = tuple(sorted(set(before[1]) | set(after[1]), key=CLOCK_REASONS.index))
-    return GpuClock(sm_mhz_before=before[0], sm_mhz_after=after[0], max_sm_mhz=max_sm_mhz,
-                    reasons=reasons,  # type: ignore[arg-type]
-                    capped=GpuClock.capped_by(reasons))
