@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What one checkpoint write costs as a collection grows: encode and write an artifact's
-samples (a committed H200 artifact, and the aisimulate attempt's checkpoint), the work
-session.Checkpoint repeats while a collection runs.
+samples (committed H200 artifacts: a production grid in rounds, and the planning profile),
+the work session.Checkpoint repeats while a collection runs.
 
     python scripts/checkpoint-cost.py [ARTIFACT.json[.gz] ...]
 """
@@ -18,8 +18,8 @@ from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.model import Artifact
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
-DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json",
-            EVIDENCE / "aisimulate/attempt-2026-12-01/aisimulate-a.partial.json.gz"]
+DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json.gz",
+            EVIDENCE / "aisimulate/sdbench-agg-k3-b56ed3282aa8.json.gz"]
 
 
 def main() -> None:

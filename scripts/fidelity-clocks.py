@@ -5,7 +5,7 @@ gpu-clocks.csv read beside it) against the profile it was predicted from, collec
 its own clock reading (scripts/gpu-repeatability.sh: artifact, log, gpu-clocks CSV).
 Prints the SM clock and the power cap in each serving run's window, the clock at the
 profile's decode samples by batch size, and our prediction's bias by run and batch size.
-    python scripts/fidelity-clocks.py FIDELITY_DIR PROFILE.json[.gz] PROFILE.log PROFILE.csv"""
+    python scripts/fidelity-clocks.py FIDELITY_DIR PROFILE.json[.gz] PROFILE.log[.gz] PROFILE.csv"""
 
 import csv
 import gzip

@@ -4,7 +4,7 @@ full gc.collect() against gc.collect(1) (the young generations, what it runs now
 observation alive and with an artifact's observations alive (decoded from its JSON).
 
     python scripts/gc-cost.py [ARTIFACT.json[.gz]]
-    (default: the H200 aisimulate attempt's checkpoint, 524 observations)
+    (default: the H200 planning profile, docs/evidence/h200/aisimulate/)
 """
 
 import gc
@@ -18,7 +18,7 @@ from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.model import DecodeObservation, PrefillObservation
 
 DEFAULT = (Path(__file__).resolve().parent.parent / "docs/evidence/h200/aisimulate"
-           / "attempt-2026-12-01/aisimulate-a.partial.json.gz")
+           / "sdbench-agg-k3-b56ed3282aa8.json.gz")
 
 
 def median_ms(generation: int | None) -> float:

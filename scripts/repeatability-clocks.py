@@ -5,9 +5,10 @@ the SM clock nvidia-smi read (once a second) when the log says the sample's work
 relative to its point's median; per point, the two runs' clock ratio against their median
 ratio. Prints the correlations (of the logs) and the clock's range. One run, or more than two
 (different grids), gets the within-run figures only.
-  python scripts/repeatability-clocks.py A.json[.gz] A.log A.csv [B.json[.gz] B.log B.csv ...]"""
+  python scripts/repeatability-clocks.py A.json[.gz] A.log[.gz] A.csv [B.json[.gz] ...]"""
 
 import csv
+import gzip
 import math
 import re
 import statistics as st
@@ -35,7 +36,7 @@ def read_clocks(path: str) -> list[tuple[float, int, int]]:
 
 def item_starts(log: str) -> dict[tuple[int, str, int], float]:
     """(round from 0, phase, point index) -> seconds into the collection."""
-    with open(log) as handle:
+    with gzip.open(log, "rt") if log.endswith(".gz") else open(log) as handle:
         lines = handle.read().splitlines()
     starts = {}
     for line in lines:

@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from pytest_sdbench.artifact.store import read_json
 from pytest_sdbench.wire.contract import CANARY_WORKLOAD
 from pytest_sdbench.wire.model import summarize
 from pytest_sdbench.wire.rounds import (
@@ -37,11 +38,11 @@ H200 = ROOT / "docs" / "evidence" / "h200"
 BASES = {
     "cpu-v6": FIXTURES / "cpu-agg-v6.json",
     "cpu-v4": FIXTURES / "cpu-agg-v4.json",
-    "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json",
+    "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json.gz",
     "h200-graph-v3": H200 / "artifacts-graph" / "sdbench-agg-150af679fb5a.json",
     "h200-eager-v3": H200 / "artifacts-eager" / "sdbench-agg-d7f9e6f72f75.json",
 }
-_LOADED = {name: json.loads(path.read_text()) for name, path in BASES.items()}
+_LOADED = {name: read_json(path) for name, path in BASES.items()}  # .gz inflated
 PHASES = ("prefill", "decode")
 
 

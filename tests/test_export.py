@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sdbench.artifact.store import read_json
 from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.cli import main
 from pytest_sdbench.export.aisimulate import exporting  # export_artifact looks up its writers
@@ -574,9 +575,9 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
 
 # --- planning with the consumer ----------------------------------------------------------------
 
-PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json"
-PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json"
-PRODUCTION_K1 = ROOT / "docs/evidence/h200/production/sdbench-agg-8b571b189cc2.json"
+PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.gz"
+PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json.gz"
+PRODUCTION_K1 = ROOT / "docs/evidence/h200/production/sdbench-agg-8b571b189cc2.json.gz"
 PRODUCTION_ARGS = ["--system", "h200_sxm", *REVISIONS, "--acceptance-length", "2.78",
                    "--graph-mode", "prefill=eager"]
 
@@ -624,7 +625,7 @@ def test_facts_the_consumer_reads_come_from_the_artifact(capsys, tmp_path, json_
     """The attention backend the engine resolved (not 'auto'), one sample a row beside the
     single_sample reduction, and nextn_accepted from the rows' acceptance."""
     root, manifest = _production(capsys, tmp_path)
-    artifact = json.loads(PRODUCTION.read_text())
+    artifact = read_json(PRODUCTION)
     backend = artifact["identity"]["attention_backend"]["value"]
     assert manifest["facts"]["attention_backend"] == {
         "value": backend,
@@ -677,8 +678,8 @@ def test_repeatability_takes_one_sample_per_engine_start_of_back_to_back_repeats
 REPEATABILITY = ROOT / "docs/evidence/h200/repeatability"
 # Issue 17's H200 pairs: two engine starts of 5 rounds each on the K=3 production grid
 REPEATABILITY_PAIRS = {
-    "qwen3-0.6b": (REPEATABILITY / "sdbench-agg-046e3aacf413.json",
-                   REPEATABILITY / "sdbench-agg-9aa6bd49eaa6.json"),
+    "qwen3-0.6b": (REPEATABILITY / "sdbench-agg-046e3aacf413.json.gz",
+                   REPEATABILITY / "sdbench-agg-9aa6bd49eaa6.json.gz"),
     "qwen3-8b": (REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-8200f51bb8f5.json.gz",
                  REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-2427be80c94d.json.gz"),
 }

@@ -204,3 +204,22 @@ def test_no_module_imports_star():
                      if isinstance(node, ast.ImportFrom)
                      and any(alias.name == "*" for alias in node.names))
     assert not starred, "; ".join(starred)
+
+
+# ---- the tracked tree travels with every GPU call: it stays light --------------------------
+CHECKOUT = Path(__file__).resolve().parents[1]
+TRACKED_TREE_BYTES = 8_000_000   # large evidence is committed gzipped (docs/evidence/README.md)
+
+
+@pytest.mark.skipif(not (CHECKOUT / ".git").exists(), reason="not a git checkout (the wheel "
+                    "step runs a copy of the tests)")
+def test_the_tracked_tree_stays_under_its_budget():
+    """`git ls-files -z | xargs -0 du -cb | tail -1`, in Python: the tracked files' bytes."""
+    listed = subprocess.run(["git", "ls-files", "-z"], capture_output=True, check=True,
+                            cwd=CHECKOUT, timeout=60).stdout.split(b"\0")
+    sizes = {name.decode(): (CHECKOUT / name.decode()).stat().st_size for name in listed
+             if name and (CHECKOUT / name.decode()).is_file()}
+    total = sum(sizes.values())
+    largest = ", ".join(f"{n} ({s})" for n, s in sorted(sizes.items(), key=lambda i: -i[1])[:5])
+    assert total <= TRACKED_TREE_BYTES, (f"the tracked tree is {total} bytes, over "
+                                         f"{TRACKED_TREE_BYTES}; largest: {largest}")

@@ -57,6 +57,7 @@ from collector.fpm_forward.repeatability import (
 from collector.fpm_forward.runtime_memory import validate_saved_plan
 from collector.fpm_forward.types import ParallelTopology
 
+from pytest_sdbench.artifact.store import read_json
 from pytest_sdbench.cli import main
 from pytest_sdbench.export.aisimulate.identity import assert_speculative, execution_profile
 from pytest_sdbench.export.aisimulate.selecting import export_name
@@ -88,12 +89,14 @@ V3_QWEN3_FACTS = ["max_num_seqs=8", "max_num_batched_tokens=2048", "max_model_le
 
 
 def _header(path: Path) -> dict:
-    data = json.loads(path.read_text())
+    data = read_json(path)
     return {"schema_version": data.get("schema_version"), "device": data.get("device")}
 
 
 def _h200(version: int) -> list[Path]:
-    return [p for p in sorted(ROOT.glob("docs/evidence/h200*/**/*.json"))
+    committed = (p for pattern in ("sdbench-*.json", "sdbench-*.json.gz")   # large ones gzipped
+                 for p in ROOT.glob(f"docs/evidence/h200*/**/{pattern}"))
+    return [p for p in sorted(committed)
             if _header(p) == {"schema_version": version, "device": "cuda"}]
 
 
@@ -120,7 +123,7 @@ def export_h200(path: Path, out: Path, acceptance_length: float | None = None,
     where a phase mixes graph modes or an AL sweep collides (only for those reasons), then
     exported one acceptance length and one graph mode of a phase at a time."""
     graph_modes = graph_modes or {}
-    identity = json.loads(path.read_text())["identity"]
+    identity = read_json(path)["identity"]
     extra = ["--system", SYSTEM]
     for role, (option, revision) in {"target": REVISIONS[:2], "draft": REVISIONS[2:]}.items():
         if identity[role]["revision"]["status"] != "resolved":   # a preset's dummy weights
@@ -145,7 +148,7 @@ def export_h200(path: Path, out: Path, acceptance_length: float | None = None,
             extra += ["--acceptance-length", f"{acceptance_length}"]
         code, text = sdbench_export([path], out, *extra)
     assert code == 0, text
-    root = out / export_name(json.loads(path.read_text())["run_id"],
+    root = out / export_name(read_json(path)["run_id"],
                                       acceptance_length, graph_modes)
     return root, json.loads((root / MANIFEST_FILE).read_text()), text
 
@@ -153,7 +156,7 @@ def export_h200(path: Path, out: Path, acceptance_length: float | None = None,
 def acceptance_sweep(path: Path) -> list[float | None]:
     """The requested acceptance lengths of an artifact whose decode points collide (an AL
     sweep), each exported on its own; [None] when nothing collides."""
-    decode = json.loads(path.read_text())["grid"]["decode"]
+    decode = read_json(path)["grid"]["decode"]
     coordinates = [(p["batch_size"], p["context_tokens"]) for p in decode]
     if len(set(coordinates)) == len(coordinates):
         return [None]
@@ -164,7 +167,7 @@ def graph_selections(path: Path, acceptance_length: float | None) -> list[dict[s
     """The --graph-mode selections that export every point of a phase that ran in several
     CUDA-graph modes (among the points of the acceptance length), one mode at a time: as
     few exports as the phase with the most modes needs. [{}] when no phase mixes."""
-    data = json.loads(path.read_text())
+    data = read_json(path)
     mixed = {}
     for phase in ("prefill", "decode"):
         modes = sorted({o["graph_mode"] for o in data.get(phase) or []
@@ -290,7 +293,7 @@ def validate_cells(plan, manifest: dict, root: Path) -> dict:
 def measured_by_row(artifact_path: Path) -> dict:
     """(phase, point, repeat) -> the step time as the artifact file holds it, and each
     point's repeats (read from the JSON itself, not through the exporter's reader)."""
-    data = json.loads(artifact_path.read_text())
+    data = read_json(artifact_path)
     times, repeats = {}, {}
     for phase in ("prefill", "decode"):
         for obs in data[phase]:
@@ -473,11 +476,11 @@ def print_table(run_id: str, k: int, compared: list[tuple]) -> None:
 
 
 def _agg(paths: list[Path]) -> list[Path]:
-    return [p for p in paths if json.loads(p.read_text())["mode"] == "agg"]
+    return [p for p in paths if read_json(p)["mode"] == "agg"]
 
 
 def _one_phase(paths: list[Path]) -> list[Path]:
-    return [p for p in paths if json.loads(p.read_text())["mode"] != "agg"]
+    return [p for p in paths if read_json(p)["mode"] != "agg"]
 
 
 @pytest.mark.parametrize("artifact_path, acceptance_length, graph_modes",
@@ -500,7 +503,7 @@ def test_one_phase_h200_artifact_is_refused_and_its_envelopes_import(artifact_pa
     code, text = sdbench_export([artifact_path], tmp_path, "--system", SYSTEM, *REVISIONS)
     assert code == 1, text
     assert "mode: " in text
-    run_id = json.loads(artifact_path.read_text())["run_id"]
+    run_id = read_json(artifact_path)["run_id"]
     for graph in graph_selections(artifact_path, None):
         code, text = sdbench_export([artifact_path], tmp_path, "--envelope-only", *REVISIONS,
                                     *(f"--graph-mode={phase}={mode}"

@@ -43,6 +43,7 @@ from collector.fpm_forward.repeatability import (
 )
 from collector.fpm_forward.runner import _validate_points_receipts
 
+from pytest_sdbench.artifact.store import read_json
 from pytest_sdbench.export.aisimulate.vocabulary import MANIFEST_FILE, PREDICT_FILE, PROFILE_FILE
 from pytest_sdbench.points.consumer import direct_grid, native_grid, prefill_sampling
 from pytest_sdbench.wire.points import EngineLimits
@@ -51,8 +52,8 @@ from .test_aisimulate_import import REVISIONS, ROOT, SYSTEM, rewrite_table, sdbe
 
 PACKAGED_SYSTEMS = Path(aisimulate_core.__file__).parent / "systems"
 AISIMULATE = Path(sys.executable).with_name("aisimulate")
-PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json"
-PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json"
+PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.gz"
+PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json.gz"
 # The H200 profile for planning: qwen3-0.6b as served, K=3, collected with --grid aisimulate
 # (docs/export.md says how). Every agg artifact here is one engine start of one collection.
 AISIMULATE_PROFILES = ROOT / "docs/evidence/h200/aisimulate"
@@ -146,7 +147,7 @@ def test_export_plan_passes_the_consumers_readers(tmp_path):
     print(f"validate_formal_database_commit: {committed['row_count']} rows, cells "
           f"{sorted(committed['cell_rows'])}")
     # Facts from the artifact: the resolved attention backend, one sample per row.
-    artifact = json.loads(PRODUCTION.read_text())
+    artifact = read_json(PRODUCTION)
     rows = pq.read_table(root / table["parquet"]).to_pylist()
     assert {r["attention_backend"] for r in rows} == {
         artifact["identity"]["attention_backend"]["value"]}
@@ -363,8 +364,8 @@ def test_every_predict_query_lands_on_the_grid(tmp_path, chunked):
 def _profile_artifacts() -> list[Path]:
     if not AISIMULATE_PROFILES.is_dir():
         return []
-    return sorted(p for p in AISIMULATE_PROFILES.glob("*.json")
-                  if json.loads(p.read_text()).get("mode") == "agg")
+    return sorted(p for p in AISIMULATE_PROFILES.glob("sdbench-*.json*")
+                  if read_json(p).get("mode") == "agg")
 
 
 @pytest.mark.skipif(not _profile_artifacts(), reason=f"no H200 profile collected with --grid "
