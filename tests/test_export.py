@@ -16,7 +16,10 @@ import pytest
 from pytest_sdbench.artifact.store import read_json
 from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.cli import main
-from pytest_sdbench.export.aisimulate import exporting  # export_artifact looks up its writers
+from pytest_sdbench.export.aisimulate import (
+    exporting,  # export_artifact looks up its writers
+    system,
+)
 from pytest_sdbench.export.aisimulate.checks import _mode_crossings
 from pytest_sdbench.export.aisimulate.exporting import export_artifact
 from pytest_sdbench.export.aisimulate.identity import (
@@ -641,6 +644,45 @@ def test_facts_the_consumer_reads_come_from_the_artifact(capsys, tmp_path, json_
     assert config["engine"]["nextn"] == 3
     assert config["engine"]["enable_chunked_prefill"] is True
     assert manifest["user_facts"] == ["draft_revision", "system", "target_revision"]
+
+
+def test_the_consumers_system_description_is_brought_in_when_its_package_is_found(
+        capsys, tmp_path, json_table, monkeypatch):
+    """`aisimulate predict -c predict.json` reads systems/<system>.yaml beside the table: the
+    export copies the consumer's own (its package's systems/, found without importing it),
+    and records where it came from."""
+    package = tmp_path / "site" / "aisimulate_core"
+    (package / "systems").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('the export must not import me')\n")
+    (package / "systems" / "h200_sxm.yaml").write_text("name: h200_sxm\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    root, manifest = _production(capsys, tmp_path / "out")
+    assert (root / "systems" / "h200_sxm.yaml").read_text() == "name: h200_sxm\n"
+    record = manifest["table"]["system_file"]
+    assert record["path"] == "systems/h200_sxm.yaml"
+    assert record["source"].endswith(": aisimulate_core/systems/h200_sxm.yaml")
+    assert record["sha256"] == hashlib.sha256(b"name: h200_sxm\n").hexdigest()
+    config = json.loads((root / PREDICT_FILE).read_text())
+    assert config["engine"]["systems_paths"] == [str(root / "systems")]
+    assert not any("h200_sxm.yaml" in w for w in manifest["warnings"])
+
+
+def test_without_the_consumers_package_the_export_says_in_one_line_what_to_add(
+        capsys, tmp_path, json_table, monkeypatch):
+    monkeypatch.setattr(system, "SYSTEM_PACKAGE", "aisimulate_core_absent_here")
+    code, out = export(capsys, [PRODUCTION], tmp_path, *PRODUCTION_ARGS)
+    assert code == 0, out
+    root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert not (root / "systems" / "h200_sxm.yaml").exists()
+    manifest = json.loads((root / MANIFEST_FILE).read_text())
+    assert manifest["table"]["system_file"] == {"path": "systems/h200_sxm.yaml", "source": None,
+                                                "sha256": None}
+    (line,) = [line for line in out.splitlines() if "h200_sxm.yaml" in line]
+    assert line == ("  warning: systems/h200_sxm.yaml is not in the export: the consumer's "
+                    "package (aisimulate_core_absent_here) is not importable here; before "
+                    "`aisimulate predict -c predict.json`, copy aisimulate_core_absent_here/"
+                    f"systems/h200_sxm.yaml from the consumer's environment to {root}/systems/ "
+                    "(or export from that environment, which brings it in)")
 
 
 def test_nextn_accepted_is_checked_against_the_rows(capsys, tmp_path, json_table):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +43,12 @@ from collector.fpm_forward.repeatability import (
 from collector.fpm_forward.runner import _validate_points_receipts
 
 from pytest_sdbench.artifact.store import read_json
-from pytest_sdbench.export.aisimulate.vocabulary import MANIFEST_FILE, PREDICT_FILE, PROFILE_FILE
+from pytest_sdbench.export.aisimulate.vocabulary import (
+    CONSUMER_VERSION,
+    MANIFEST_FILE,
+    PREDICT_FILE,
+    PROFILE_FILE,
+)
 from pytest_sdbench.points.consumer import direct_grid, native_grid, prefill_sampling
 from pytest_sdbench.wire.points import EngineLimits
 
@@ -231,12 +235,36 @@ def onboarding_request(root: Path, manifest: dict) -> Path:
     return path
 
 
-def aisimulate(*args: str, unlisted: bool = True) -> subprocess.CompletedProcess:
+def aisimulate(*args: str, unlisted: bool = True, cwd: Path | None = None
+               ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "AIC_ALLOW_UNLISTED_VERSIONS"}
     if unlisted:
         env["AIC_ALLOW_UNLISTED_VERSIONS"] = "1"
     return subprocess.run([str(AISIMULATE), *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=600, cwd=cwd)
+
+
+def predict_as_exported(root: Path) -> dict:
+    """`aisimulate predict -c predict.json` in the export, as the user runs it right after
+    `sdbench export`: nothing copied in by hand, no AIC_ALLOW_UNLISTED_VERSIONS (the
+    export's systems/ holds the consumer's system YAML and the table of this version)."""
+    assert (root / "systems" / f"{SYSTEM}.yaml").read_bytes() == \
+        (PACKAGED_SYSTEMS / f"{SYSTEM}.yaml").read_bytes()
+    done = aisimulate("predict", "-c", PREDICT_FILE, "--format", "json", unlisted=False,
+                      cwd=root)
+    assert done.returncode == 0, (done.stderr + done.stdout)[-3000:]
+    summary = json.loads(done.stdout)
+    return summary.get("summary", summary)
+
+
+def test_predict_runs_on_the_export_as_it_is_written(tmp_path):
+    """`sdbench export`, then `aisimulate predict -c predict.json`: no command in between."""
+    root, manifest = export_production(tmp_path)
+    assert manifest["table"]["system_file"]["source"].startswith(f"aisimulate {CONSUMER_VERSION}")
+    summary = predict_as_exported(root)
+    print(f"predict -c predict.json on the production export: median TTFT "
+          f"{summary['median_ttft_ms']:.3f} ms, median TPOT {summary['median_tpot_ms']:.3f} ms")
+    assert summary["median_ttft_ms"] > 0
 
 
 def test_onboarding_entry_points_on_an_export(tmp_path):
@@ -340,8 +368,7 @@ def test_every_predict_query_lands_on_the_grid(tmp_path, chunked):
     point can be (with EAGLE vLLM recomputes the last matched block)."""
     root, manifest = export_production(tmp_path)
     limits = EngineLimits(3, 16, 64, 16384, 9216, 71560 * 16, CAPTURES, True)
-    grid_table(root, manifest, limits)
-    shutil.copy(PACKAGED_SYSTEMS / f"{SYSTEM}.yaml", root / "systems" / f"{SYSTEM}.yaml")
+    grid_table(root, manifest, limits)   # the export's systems/ already holds the YAML
     config = json.loads((root / PREDICT_FILE).read_text())
     config["engine"]["fpm_profile"] = json.loads((root / PROFILE_FILE).read_text())
     config["engine"]["enable_chunked_prefill"] = chunked
@@ -381,7 +408,7 @@ def test_predict_runs_every_case_on_the_committed_profile(tmp_path):
     print(text)
     assert code == 0, text
     root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
-    shutil.copy(PACKAGED_SYSTEMS / f"{SYSTEM}.yaml", root / "systems" / f"{SYSTEM}.yaml")
+    predict_as_exported(root)                # as written: nothing added by hand
     config = json.loads((root / PREDICT_FILE).read_text())
     results = run_cases(config, tmp_path)
     print_cases(f"predict on {first.relative_to(ROOT)} (nextn {config['engine']['nextn']}, "

@@ -38,6 +38,7 @@ from .selecting import (
     select_acceptance,
     select_graph_modes,
 )
+from .system import bring_system
 from .table import pyarrow_missing, table_rows, write_json, write_table
 from .vocabulary import (
     AIC_REVISION,
@@ -201,6 +202,9 @@ def _build(a: Artifact, legacy: str | None, raw: bytes, path: Path,
         if deployment is not None and acceptance is not None and profile is not None:
             write_json(staging / PREDICT_FILE, predict_config(
                 a, deployment, profile, identity, final / "systems", acceptance))
+            table["system_file"], missing = bring_system(staging / "systems", identity.system,
+                                                         final)
+            notes += [missing] if missing else []
         if plan is not None:
             write_json(staging / cplan.CHECKPOINT_DIR / cplan.CHECKPOINT_FILE, cplan.checkpoint(
                 plan, attempt_id=attempt, started_at=a.started_at or a.created_at,
