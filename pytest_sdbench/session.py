@@ -9,6 +9,7 @@ import dataclasses
 import math
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -141,6 +142,7 @@ class Checkpoint:
         self.path = folder / partial_name(name)   # the file written last (or to be)
         self.result: CollectionResult | None = None
         self.written = False
+        self.kept = 0                   # the points the file written last holds
         self.error: OSError | None = None
         self._last_write = -math.inf   # when the last write ended (time.monotonic)
         self._last_cost = 0.0           # how long it took
@@ -177,7 +179,7 @@ class Checkpoint:
             return None
         if self.written and path != self.path:
             self.path.unlink(missing_ok=True)   # the partial, now that every point is in
-        self.path, self.written = path, True
+        self.path, self.written, self.kept = path, True, artifact.coverage.completed
         return artifact
 
     def on_point(self, result: CollectionResult) -> None:
@@ -291,13 +293,52 @@ def _check_and_write(result: CollectionResult, artifact: Artifact, final_path: P
     try:
         path = write_artifact(artifact, final_path)
     except OSError as exc:
-        partial = checkpoint.path if checkpoint.written else None
-        where = (f"the measured points are in {partial} (its last checkpoint)" if partial
-                 else "no checkpoint could be written either")
-        raise ArtifactNotWritten(f"could not write {final_path} ({exc}); {where}", artifact,
-                                 partial) from exc
+        path = _rescue(artifact, final_path, exc, checkpoint)
     checkpoint.remove()
     return CollectionRun(result, artifact, report, path)
+
+
+def _rescue(artifact: Artifact, final_path: Path, exc: OSError, checkpoint: Checkpoint) -> Path:
+    """The final write failed (a full disk): keep every measured point somewhere, and say
+    where and how many. A checkpoint that already holds them all is where they are. A stale
+    one (the disk filled after it was written: it holds fewer) is removed, which frees its
+    space, and the final write is tried again; then the validated artifact goes to the temp
+    folder. Returns final_path when the second try wrote it; raises ArtifactNotWritten
+    otherwise, naming the file that holds the points (partial_path), or none."""
+    measured, expected = artifact.coverage.completed, artifact.coverage.expected
+    if checkpoint.written and checkpoint.kept == measured:
+        raise ArtifactNotWritten(
+            f"could not write {final_path} ({exc}); the measured points are in "
+            f"{checkpoint.path} (its last checkpoint: {measured}/{expected} points)", artifact,
+            checkpoint.path) from exc
+    stale = (f"its stale checkpoint {checkpoint.path} ({checkpoint.kept}/{expected} points) was "
+             "removed; ")
+    if checkpoint.written:
+        checkpoint.remove()
+        checkpoint.written = False
+        try:
+            path = write_artifact(artifact, final_path)
+        except OSError:
+            pass
+        else:
+            checkpoint.notify(f"sdbench: the first write of {final_path} failed ({exc}); it "
+                              f"was written once the stale checkpoint {checkpoint.path} was "
+                              "removed")
+            return path
+    else:
+        stale = ""
+    rescue = Path(tempfile.gettempdir()) / final_path.name
+    try:
+        kept = write_artifact(artifact, rescue)
+    except OSError as second:
+        raise ArtifactNotWritten(
+            f"could not write {final_path} ({exc}) nor {rescue} ({second.strerror or second}); "
+            f"{stale}the {measured}/{expected} measured points are on no disk", artifact,
+            None) from exc
+    raise ArtifactNotWritten(
+        f"could not write {final_path} ({exc}); {stale}the {measured}/{expected} measured "
+        f"points are kept in {kept} (the checked artifact, written to the temp folder "
+        "instead)", artifact, kept) from exc
 
 
 def _leave_partial(checkpoint: Checkpoint, exc: BaseException, notify) -> None:

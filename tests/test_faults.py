@@ -12,6 +12,7 @@ before an engine starts.
 
 import importlib.util
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -544,9 +545,15 @@ from pytest_sdbench import session
 from pytest_sdbench.cli import main
 
 real = session.write_artifact
+writes = []
 
 
 def write_artifact(artifact, path):
+    writes.append(path)
+    if sys.argv[1] == "fills":   # the disk fills after the first checkpoint (--out only)
+        if len(writes) > 1 and str(path).startswith(sys.argv[3]):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(artifact, path)
     if sys.argv[1] == "all" or not str(path).endswith((".partial.json", ".unchecked.json")):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     return real(artifact, path)
@@ -584,7 +591,7 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
         # every point measured: the checkpoint says so in its name (complete, unchecked)
         assert _partials(out) == []
         (kept,) = _unchecked(out)
-        assert (f"the measured points are in {kept} (its last checkpoint)"
+        assert (f"the measured points are in {kept} (its last checkpoint: 2/2 points)"
                 in result.stderr)
         report = validate_path(kept)
         assert report.ok
@@ -597,6 +604,38 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
         from pytest_sdbench.artifact.validate.report import validate_data
         assert validate_data(data).ok
         assert data["status"] == "complete"
+
+
+@pytest.mark.slow
+@pytest.mark.sdbench_engine
+def test_a_disk_that_fills_after_the_first_checkpoint_loses_no_measured_point(tmp_path):
+    """ENOSPC at every write into --out after the first checkpoint (1 of 2 points): the
+    stale checkpoint is removed, the final write tried again and refused again, and the
+    checked artifact with both points goes to the temp folder, which the message names with
+    the count. Issue 38: the checkpoint named held 0/12 points, the 12 only on stdout."""
+    out, rescue = tmp_path / "out", tmp_path / "tmp"
+    rescue.mkdir()
+    result = subprocess.run([sys.executable, "-c", FULL_DISK, "fills",
+                             _grid(tmp_path, batches=(1, 2)), str(out)],
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
+                            env={**os.environ, "TMPDIR": str(rescue)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "could not write the checkpoint" in result.stderr
+    assert _partials(out) == []   # the stale checkpoint is gone
+    assert _unchecked(out) == []
+    (kept,) = sorted(rescue.glob("sdbench-decode-k3-*.json"))
+    (line,) = [x for x in result.stderr.splitlines() if "could not write" in x
+               and "measured points are kept" in x]
+    assert "points) was removed" in line, line
+    assert line.endswith(f"the 2/2 measured points are kept in {kept} (the checked artifact, "
+                         "written to the temp folder instead)")
+    report = validate_path(kept)
+    assert report.ok, report.errors
+    assert report.artifact.status == "complete"
+    assert report.artifact.coverage.completed == 2
+    assert {o.point_index for o in report.artifact.decode} == {0, 1}
+    assert "the artifact follows on stdout" not in result.stderr
 
 
 @pytest.mark.slow
