@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Does the GPU's clock explain the fidelity run's small-batch offset? A serving run of
-scripts/gpu-fidelity.sh (its folder: fidelity-run.json[.gz], steps.csv[.gz] and the
+scripts/plans/fidelity.txt (its folder: fidelity-run.json[.gz], steps.csv[.gz] and the
 gpu-clocks.csv read beside it) against the profile it was predicted from, collected with
-its own clock reading (scripts/gpu-repeatability.sh: artifact, log, gpu-clocks CSV).
+its own clock reading (scripts/plans/repeatability.txt: artifact, log, gpu-clocks CSV).
 Prints the SM clock and the power cap in each serving run's window, the clock at the
 profile's decode samples by batch size, and our prediction's bias by run and batch size.
     python scripts/fidelity-clocks.py FIDELITY_DIR PROFILE.json[.gz] PROFILE.log[.gz] PROFILE.csv"""

@@ -1,5 +1,5 @@
 """Does the GPU's clock explain a pair's disagreement? Two collections of issue 17's pair
-(scripts/gpu-repeatability.sh writes each one's artifact, log and gpu-clocks CSV): per sample,
+(scripts/plans/repeatability.txt writes each one's artifact, log and gpu-clocks CSV): per sample,
 the SM clock nvidia-smi read (once a second) when the log says the sample's work item started
 (the artifact's started_at plus the item's elapsed time), against the sample's step time
 relative to its point's median; per point, the two runs' clock ratio against their median

@@ -7,7 +7,7 @@ cache-style repository, `models--ORG--NAME/{blobs,refs/main,snapshots/<commit>/}
 snapshot's files linked to their blobs as the hub's cache does.
 
 Shapes come from a preset (pytest_sdbench/engine/presets.py): `tiny` for CPU tests,
-`qwen3-0.6b` for the H200 (scripts/gpu-real-checkpoint.sh runs `python -m tests.checkpoints`).
+`qwen3-0.6b` for the H200 (scripts/plans/real-checkpoint.txt runs `python -m tests.checkpoints`).
 """
 
 from __future__ import annotations
