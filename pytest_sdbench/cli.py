@@ -472,7 +472,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plot import PlotUnavailable, require_matplotlib, write_plots
+    from .figures import PlotUnavailable, require_matplotlib
+    from .plot import write_plots
     if not args.paths and not args.compare:
         _err("sdbench plot: give an ARTIFACT to draw, or --compare BASELINE CANDIDATE")
         return EXIT_UNUSABLE

@@ -265,7 +265,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> Path:
-    from .plot import require_matplotlib
+    from .figures import require_matplotlib
     require_matplotlib()
     from matplotlib.figure import Figure
     points = [p for p in report["points"] if p["ratio"]]

@@ -67,7 +67,7 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
             check_grid_limits(grid.only(PHASES_BY_MODE.get(values.get("mode") or "agg",
                                                            PHASES)), values, opt)
     if values.get("plots"):
-        from .plot import PlotUnavailable, require_matplotlib
+        from .figures import PlotUnavailable, require_matplotlib
         try:
             require_matplotlib()
         except PlotUnavailable as exc:

@@ -13,21 +13,19 @@ mode); where a point has more than one sample a bar spans the 95% confidence int
 its median from their dispersion (across rounds, or back-to-back repeats where that was the
 policy; the page states which).
 
-matplotlib is an optional dependency (``pip install 'pytest-sdbench[plot]'``), imported
-only here and only when drawing; it draws with its Agg backend through the object API, so
-no global pyplot state is touched."""
+matplotlib is an optional dependency, imported only when drawing (figures.py)."""
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .beside import reports_beside
 from .compare import (
     COLUMNS,
     HOST_SLOWER,
@@ -52,7 +50,7 @@ from .describe import (
     placement_line,
     repeat_policy,
 )
-from .fidelity.report import reports_beside
+from .figures import distinct_colors, figure, png_bytes, require_matplotlib
 from .files import atomic_write_bytes, atomic_write_text
 from .wire.contract import (
     GRAPH_EAGER,
@@ -76,20 +74,6 @@ VERDICT_COLORS = {OK: "#7f8c8d", REGRESSED: "#c0392b", IMPROVED: "#2e86c1",
                   HOST_SLOWER: "#e67e22", NOISE_UNKNOWN: "#8e44ad",
                   MISSING_IN_BASELINE: "#000000", MISSING_IN_CANDIDATE: "#000000"}
 assert set(VERDICT_COLORS) == set(VERDICTS), "a verdict of the gate without its colour"
-
-
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
-
-
-def require_matplotlib():
-    """The matplotlib module, or PlotUnavailable with the one line to act on."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotUnavailable("drawing needs matplotlib, which is not installed: "
-                              "pip install 'pytest-sdbench[plot]'") from None
-    return matplotlib
 
 
 # ---- the points, as the pictures and the table read them ----------------------------------
@@ -159,12 +143,6 @@ def _x_of(phase: str):
 
 # ---- figures ------------------------------------------------------------------------------
 
-def _figure(width: float = 9.0, height: float = 5.0):
-    require_matplotlib()
-    from matplotlib.figure import Figure
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
-
-
 def _x_axis(ax, xs: Sequence[float]) -> None:
     """Ticks at the measured values (batches and token counts are integers); a log2 axis
     when they span 8x or more."""
@@ -185,17 +163,6 @@ def _tick_labels(ticks: Sequence[float], log: bool) -> list[str]:
         labels.append("" if crowded else f"{t:g}")
         last = last if crowded else t
     return labels
-
-
-def _colors(n: int) -> list:
-    """n distinct colours: matplotlib's default cycle repeats after 10, and two series of
-    one colour cannot be told apart in the legend."""
-    from matplotlib import colormaps
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    if n <= 20:
-        return [colormaps["tab20"](i) for i in range(n)]
-    return [colormaps["turbo"](i / (n - 1)) for i in range(n)]
 
 
 def ci_of_median(summary: PointSummary) -> tuple[float, float] | None:
@@ -223,11 +190,11 @@ def phase_figure(points: Sequence[PlotPoint], phase: str, title: str,
     lines = _series(points, phase)
     if not lines:
         return None
-    fig = _figure()
+    fig = figure()
     ax = fig.add_subplot()
     x_of = _x_of(phase)
     xs: list[float] = []
-    for (name, line), color in zip(lines.items(), _colors(len(lines)), strict=True):
+    for (name, line), color in zip(lines.items(), distinct_colors(len(lines)), strict=True):
         x = [x_of(p) for p in line]
         y = [1e3 * p.summary.median_seconds for p in line]
         xs.extend(x)
@@ -277,7 +244,7 @@ def canary_figure(artifact: Artifact, title: str):
     if all(s.launch_seconds is not None for _, _, s in readings):
         workloads.append(("kernel launches", [1e3 * (s.launch_seconds or 0.0)
                                               for _, _, s in readings]))
-    fig = _figure(9.0, 2.0 + 1.8 * len(workloads))
+    fig = figure(9.0, 2.0 + 1.8 * len(workloads))
     axes = fig.subplots(len(workloads), 1, sharex=True, squeeze=False)[:, 0]
     x = list(range(len(readings)))
     for ax, (name, ms) in zip(axes, workloads, strict=True):
@@ -303,7 +270,7 @@ def compare_figure(result: Comparison, title: str):
     the candidate host's slowdown, when the canaries say it ran slower, is shaded."""
     from matplotlib.patches import Patch
     rows = [p for p in result.points if p.change_pct is not None]
-    fig = _figure(8.0, max(3.0, 0.28 * len(rows) + 2.0))
+    fig = figure(8.0, max(3.0, 0.28 * len(rows) + 2.0))
     ax = fig.add_subplot()
     y = list(range(len(rows)))
     values = [p.change_pct or 0.0 for p in rows]
@@ -330,14 +297,6 @@ def compare_figure(result: Comparison, title: str):
     fig.legend(handles=handles, title="verdict of sdbench compare", fontsize=8,
                title_fontsize=8, loc="outside right upper")
     return fig
-
-
-def png_bytes(fig) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    canvas = FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    canvas.print_png(buffer)
-    return buffer.getvalue()
 
 
 # ---- files --------------------------------------------------------------------------------

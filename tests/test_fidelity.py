@@ -13,6 +13,7 @@ import statistics
 
 import pytest
 
+from pytest_sdbench.beside import reports_beside
 from pytest_sdbench.cli import main
 from pytest_sdbench.fidelity.match import (
     EngineMismatch,
@@ -45,7 +46,6 @@ from pytest_sdbench.fidelity.report import (
     error_stats,
     kind_figures,
     percentile,
-    reports_beside,
 )
 from pytest_sdbench.fidelity.run import load, report
 from pytest_sdbench.fidelity.workload import (

@@ -263,9 +263,10 @@ def test_collect_plots_without_matplotlib_is_refused_before_an_engine(tmp_path, 
 def test_every_series_has_a_colour_of_its_own_and_labels_do_not_run_together(drawing):
     """14 series (the production prefill figure) once reused the default cycle's 10 colours;
     on a log axis C and C+1 (16, 17) printed as one number."""
-    from pytest_sdbench.plot import _colors, _tick_labels
+    from pytest_sdbench.figures import distinct_colors
+    from pytest_sdbench.plot import _tick_labels
     for n in (3, 14, 25):
-        assert len(set(_colors(n))) == n
+        assert len(set(distinct_colors(n))) == n
     assert _tick_labels([1, 2, 3, 4, 5, 8, 9, 16, 17, 64], log=True) == \
         ["1", "2", "3", "4", "5", "8", "", "16", "", "64"]
     assert _tick_labels([16, 17], log=False) == ["16", "17"]

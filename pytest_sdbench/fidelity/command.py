@@ -105,7 +105,7 @@ def run(args) -> int:
         if args.consumer_python and not Path(args.consumer_python).is_file():
             raise WorkloadError(f"--consumer-python: {args.consumer_python} is not a file")
         if not args.no_plots:
-            from ..plot import PlotUnavailable, require_matplotlib
+            from ..figures import PlotUnavailable, require_matplotlib
             try:
                 require_matplotlib()
             except PlotUnavailable as exc:
@@ -137,6 +137,7 @@ def _report(folder: Path, args, modes) -> int:
 
 
 def _measure(profile: Path, args, modes) -> int:
+    from ..beside import folder_beside
     from ..engine.launch import start_engine
     from ..engine.spec import engine_spec
     from ..engine.surface import describe_failure
@@ -145,7 +146,6 @@ def _measure(profile: Path, args, modes) -> int:
     from ..options import InputError
     from ..vram import cuda_available
     from .match import EngineMismatch, ProfileUnusable, check_device, read_profile, spec_choices
-    from .report import folder_beside
     from .run import check_workloads, measure, report, save
     folder = Path(args.out) if args.out else folder_beside(profile)
     try:   # everything checkable before an engine starts

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..plot import _colors, _figure, png_bytes
+from ..figures import distinct_colors, figure, png_bytes
 from .records import STEP_KINDS
 from .report import E2E_METRICS, PREDICTORS, StepRow, e2e_value
 
@@ -19,8 +19,8 @@ def _present(rows: Sequence[StepRow]) -> list[str]:
 
 def steps_figure(rows: Sequence[StepRow], title: str):
     predictors = _present(rows)
-    fig = _figure(5.5 * len(predictors), 5.0)
-    colors = dict(zip(STEP_KINDS, _colors(len(STEP_KINDS)), strict=True))
+    fig = figure(5.5 * len(predictors), 5.0)
+    colors = dict(zip(STEP_KINDS, distinct_colors(len(STEP_KINDS)), strict=True))
     for i, predictor in enumerate(predictors):
         ax = fig.add_subplot(1, len(predictors), i + 1)
         values: list[float] = []
@@ -63,8 +63,8 @@ def _log_axes(ax) -> None:
 
 def errors_figure(rows: Sequence[StepRow], title: str):
     predictors = _present(rows)
-    fig = _figure(5.5 * len(predictors), 4.0)
-    colors = dict(zip(STEP_KINDS, _colors(len(STEP_KINDS)), strict=True))
+    fig = figure(5.5 * len(predictors), 4.0)
+    colors = dict(zip(STEP_KINDS, distinct_colors(len(STEP_KINDS)), strict=True))
     bins = [ERROR_RANGE * (i / 25 - 1) for i in range(51)]
     for i, predictor in enumerate(predictors):
         ax = fig.add_subplot(1, len(predictors), i + 1)
@@ -90,7 +90,7 @@ def errors_figure(rows: Sequence[StepRow], title: str):
 
 def e2e_figure(figures: dict, title: str):
     runs = figures["runs"]
-    fig = _figure(8.0, 0.5 + 2.9 * len(runs))
+    fig = figure(8.0, 0.5 + 2.9 * len(runs))
     for i, run in enumerate(runs):
         ax = fig.add_subplot(len(runs), 1, i + 1)
         ax.axis("off")

@@ -45,19 +45,6 @@ TIMING_NOTE = (
     "LLMEngine.step() handed its tokens back: what a serving user sees, host overhead and "
     "queueing included.")
 FIGURES = ("fidelity-steps.png", "fidelity-errors.png", "fidelity-e2e.png")
-REPORT_MD, FOLDER_SUFFIX = "fidelity.md", "-fidelity"
-
-
-def folder_beside(profile_path: Path) -> Path:
-    """Where a profile's fidelity report goes by default: <stem>-fidelity beside it."""
-    return profile_path.with_name(profile_path.name.removesuffix(".json") + FOLDER_SUFFIX)
-
-
-def reports_beside(profile_path: str | Path) -> list[Path]:
-    """The fidelity reports written beside a profile (<stem>-fidelity*/fidelity.md)."""
-    path = Path(profile_path)
-    stem = path.name.removesuffix(".json")
-    return sorted(path.parent.glob(f"{stem}{FOLDER_SUFFIX}*/{REPORT_MD}"))
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..beside import REPORT_MD, folder_beside
 from ..files import atomic_write_text
 from ..testing import restoration_violations
 from ..wire.contract import DEVICE_CUDA
@@ -28,9 +29,7 @@ from .report import (
     CONSUMER,
     OURS,
     REPORT_KIND,
-    REPORT_MD,
     build_figures,
-    folder_beside,
     markdown,
     step_rows,
     steps_csv,
