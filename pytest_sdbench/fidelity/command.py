@@ -21,8 +21,7 @@ from .workload import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
-DEFAULT_INPUT, DEFAULT_OUTPUT = "128-1024", "32-256"
-DEFAULT_RATE, DEFAULT_DURATION = 4.0, 30.0
+DEFAULT_DURATION = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, action="append", metavar="RPS",
                       help="Poisson arrivals at RPS requests a second; repeat for several runs "
-                           f"on the one engine (default {DEFAULT_RATE:g})")
+                           "on the one engine (default: a fixed concurrency, the largest "
+                           "decode batch the profile measured)")
     load.add_argument("--concurrency", type=int, action="append", metavar="N",
                       help="a fixed concurrency N (closed loop) instead; needs --requests")
     parser.add_argument("--duration", type=float, default=None, metavar="S",
@@ -41,11 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "unless --requests)")
     parser.add_argument("--requests", type=int, metavar="N",
                         help="requests a run (with --rate: at most N within --duration)")
-    parser.add_argument("--input-len", default=DEFAULT_INPUT, metavar="N|LO-HI",
-                        help=f"prompt tokens: N, or uniform integers LO-HI (default "
-                             f"{DEFAULT_INPUT})")
-    parser.add_argument("--output-len", default=DEFAULT_OUTPUT, metavar="N|LO-HI",
-                        help=f"output tokens, likewise (default {DEFAULT_OUTPUT})")
+    parser.add_argument("--input-len", metavar="N|LO-HI",
+                        help="prompt tokens: N, or uniform integers LO-HI (default: within "
+                             "what the profile covers, fidelity/coverage.py)")
+    parser.add_argument("--output-len", metavar="N|LO-HI",
+                        help="output tokens, likewise (default: within what it covers)")
     parser.add_argument("--seed", type=int, default=0, help="the workload's seed (default 0)")
     parser.add_argument("--warmup-requests", type=int, default=8, metavar="N",
                         help="requests served unrecorded before the first run (default 8)")
@@ -70,19 +70,32 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def workloads_from(args) -> list[Workload]:
-    """One workload a rate (or concurrency); WorkloadError names the option."""
+def workloads_from(args, artifact) -> list[Workload]:
+    """One workload a rate (or concurrency); WorkloadError names the option. What is not
+    given is drawn from what the profile covers (coverage.covered_workload: a fixed
+    concurrency, the largest decode batch measured, and lengths within the measured
+    contexts and prompts), or refused in one line saying what the profile does not cover."""
+    from .coverage import coverage, covered_lengths, covered_workload
     if args.warmup_requests < 0:
         raise WorkloadError(f"--warmup-requests: must be >= 0, got {args.warmup_requests}")
-    inputs = parse_lengths(args.input_len, "--input-len")
-    outputs = parse_lengths(args.output_len, "--output-len")
+    inputs = parse_lengths(args.input_len, "--input-len") if args.input_len else None
+    outputs = parse_lengths(args.output_len, "--output-len") if args.output_len else None
+    if not args.rate and not args.concurrency and args.duration is None:
+        return [covered_workload(artifact, seed=args.seed, requests=args.requests,
+                                 inputs=inputs, outputs=outputs)]
+    if inputs is None or outputs is None:
+        drawn_in, drawn_out = covered_lengths(coverage(artifact))
+        inputs, outputs = inputs or drawn_in, outputs or drawn_out
     if args.concurrency:
         return [Workload(ARRIVAL_CONCURRENCY, inputs, outputs, seed=args.seed, concurrency=c,
                          requests=args.requests) for c in args.concurrency]
+    if not args.rate:
+        raise WorkloadError("--duration: needs --rate (Poisson arrivals); without both the "
+                            "run is a fixed concurrency drawn from the profile")
     duration = args.duration if args.duration is not None or args.requests else DEFAULT_DURATION
     return [Workload(ARRIVAL_POISSON, inputs, outputs, seed=args.seed, rate=r,
                      duration_seconds=duration, requests=args.requests)
-            for r in args.rate or [DEFAULT_RATE]]
+            for r in args.rate]
 
 
 def _graph_modes(texts: list[str]) -> dict[str, str]:
@@ -152,7 +165,7 @@ def _measure(profile: Path, args, modes) -> int:
         check_vllm_installed()
         artifact = read_profile(profile)
         check_device(artifact, cuda_available())
-        workloads = workloads_from(args)
+        workloads = workloads_from(args, artifact)
         check_workloads(artifact, workloads)
         problem = out_dir_problem(folder)
         if problem:
