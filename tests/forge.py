@@ -30,8 +30,8 @@ from pytest_sdbench.wire.typed import decode, digest
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = ROOT / "docs" / "evidence" / "h200"
-# Real artifacts: the CPU v6 fixture (rounds, settled decode steps); the CPU v4 fixture and a v4 H200 production
-# profile (the smallest of K=3: graphs, synthetic acceptance, 5 back-to-back repeats, engine
+# Real artifacts: the CPU v6 fixture (rounds, settled decode steps); the CPU v4 fixture and
+# a v4 H200 production profile (the smallest of K=3: graphs, synthetic acceptance, 5 back-to-back repeats, engine
 # settings), read as legacy v4; and the committed H200 agg artifacts (schema v3, read as
 # legacy). Legacy forgeries stay in their version's shape, digests recomputed on the
 # document as written.
@@ -122,8 +122,9 @@ def resummarize(data: dict) -> None:
         for i, by_item in sorted(items.items()):
             keys = sorted(by_item)
             t = [_lower_median(by_item[k]) for k in keys]
-            summary = asdict(summarize(phase, i, t, stop_rule(t, policy["repeats"], until),
-                                       point_canary_spread(rounds, [k[0] for k in keys])))
+            rule = policy.get("median_interval", "normal_z")
+            summary = asdict(summarize(phase, i, t, stop_rule(t, policy["repeats"], until, rule),
+                                       point_canary_spread(rounds, [k[0] for k in keys]), rule))
             if not current(data):
                 for name in V5_SUMMARY_FIELDS:
                     summary.pop(name)

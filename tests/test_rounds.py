@@ -61,10 +61,21 @@ def test_the_order_is_a_pure_function_of_seed_round_and_points():
         ("d", 2), ("d", 1), ("d", 0), ("d", 4), ("d", 5), ("d", 3)]
 
 
-def test_the_medians_half_width_is_the_stated_normal_rule():
+def test_the_medians_half_width_is_the_stated_rule():
+    """v6 states Student's t with n-1 degrees of freedom (2.776 at n = 5, 4.303 at n = 3,
+    written out from a t table, not from the module's own table); v5 and older the normal
+    z = 1.96 at every n."""
     seconds = [1.0, 1.1, 0.9, 1.05, 0.95]
-    want = PINNED_Z * MEDIAN_SE_FACTOR * statistics.stdev(seconds) / math.sqrt(5) / 1.0
-    assert median_half_width(seconds) == pytest.approx(want)
+    se = MEDIAN_SE_FACTOR * statistics.stdev(seconds) / math.sqrt(5) / 1.0
+    assert median_half_width(seconds) == pytest.approx(2.776445 * se)
+    assert median_half_width(seconds, "normal_z") == pytest.approx(PINNED_Z * se)
+    three = [1.0, 1.1, 0.9]
+    assert median_half_width(three) == pytest.approx(
+        4.302653 * MEDIAN_SE_FACTOR * statistics.stdev(three) / math.sqrt(3))
+    many = [1.0 + 0.01 * (i % 7) for i in range(40)]   # past the table: within 0.2% of t
+    assert median_half_width(many) == pytest.approx(
+        2.022691 * MEDIAN_SE_FACTOR * statistics.stdev(many) / math.sqrt(40) /
+        statistics.median(many), rel=2e-3)
     assert median_half_width([1.0]) is None
     assert median_half_width([1.0, 1.0]) == 0.0
     assert PINNED_CONFIDENCE == 0.95

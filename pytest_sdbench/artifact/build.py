@@ -10,6 +10,7 @@ from .. import __version__
 from ..wire.contract import (
     ARTIFACT_KIND,
     CANARY_WORKLOAD,
+    MEDIAN_INTERVAL,
     PACKAGE_NAME,
     PHASE_DECODE,
     PHASE_PREFILL,
@@ -75,7 +76,8 @@ def measurement_policy(mode: str, repeats: int, ranks: int, repeat_order: str = 
         order_seed=order_seed, until_pinned=until_pinned,
         warmup=WarmupPolicy(rule=WARMUP_UNTIL_STABLE, min_passes=WARMUP_MIN_PASSES,
                             max_passes=WARMUP_MAX_PASSES, tolerance=WARMUP_TOLERANCE),
-        step_time_rule=STEP_TIME_SLOWEST_RANK if ranks > 1 else STEP_TIME_SINGLE_RANK)
+        step_time_rule=STEP_TIME_SLOWEST_RANK if ranks > 1 else STEP_TIME_SINGLE_RANK,
+        median_interval=MEDIAN_INTERVAL)
 
 
 def summaries(result) -> tuple[PointSummary, ...]:

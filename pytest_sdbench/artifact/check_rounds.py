@@ -64,7 +64,8 @@ def check_samples(a: Artifact, err: Err) -> None:
                     "measures each of its points once")
             seconds = [o.seconds for o in obs]
             for m in range(1, len(seconds)):
-                if not needs_another_round(seconds[:m], policy.repeats, policy.until_pinned):
+                if not needs_another_round(seconds[:m], policy.repeats, policy.until_pinned,
+                                           policy.median_interval):
                     err(f"{where}: {len(seconds)} samples, yet its rule stopped it after {m} "
                         f"(measurement_policy.repeats {policy.repeats}, until_pinned "
                         f"{policy.until_pinned}); the round count was altered")
@@ -180,7 +181,8 @@ def _check_membership(a: Artifact, err: Err) -> None:
                         "not list it")
             before: list[float] = []
             for r, listed in enumerate(members):
-                wanted = needs_another_round(before, policy.repeats, policy.until_pinned)
+                wanted = needs_another_round(before, policy.repeats, policy.until_pinned,
+                                             policy.median_interval)
                 if (ref in listed) != wanted:
                     err(f"rounds[{r}].order: {'lists' if ref in listed else 'leaves out'} "
                         f"{phase}[{index}], whose {len(before)} samples before it "

@@ -36,6 +36,7 @@ from ..wire.contract import (
     KV_SEED_NONE,
     KV_SEED_UNVERIFIED,
     LEGACY_SCHEMA_VERSIONS,
+    MEDIAN_NORMAL_Z,
     MODE_AGG,
     REPEAT_BACK_TO_BACK,
     SCHEMA_VERSION,
@@ -85,7 +86,7 @@ FIELDS_INTRODUCED: dict[int, tuple[str, ...]] = {
         "measurement_policy.until_pinned", "prefill[].round", "decode[].round",
         "summaries[].median_half_width", "summaries[].stop", "summaries[].canary_spread",
         "environment.cpu_placement", "rounds", "host_canary", "observer_cost"),
-    6: ("prefill[].gpu_clock", "decode[].gpu_clock"),
+    6: ("prefill[].gpu_clock", "decode[].gpu_clock", "measurement_policy.median_interval"),
 }
 
 
@@ -231,7 +232,7 @@ def _v3_to_v4(data: dict) -> None:
                     summaries.append(typed.encode(
                         # a missing point_index stays None; the validator reports it
                         summarize(phase, obs.get("point_index"),  # type: ignore[arg-type]
-                                  [float(seconds)], STOP_FIXED, None)))
+                                  [float(seconds)], STOP_FIXED, None, MEDIAN_NORMAL_Z)))
     data.setdefault("summaries", summaries)
 
 
@@ -261,7 +262,8 @@ def _v4_to_v5(data: dict) -> None:
         if isinstance(summary, dict):
             side, index = summary.get("phase"), summary.get("point_index")
             derived = summarize(side, index,  # type: ignore[arg-type]
-                                _samples(data, str(side), index) or [1.0], STOP_FIXED, None)
+                                _samples(data, str(side), index) or [1.0], STOP_FIXED, None,
+                                MEDIAN_NORMAL_Z)
             summary.setdefault("median_half_width", derived.median_half_width)
             summary.setdefault("stop", STOP_FIXED)
             summary.setdefault("canary_spread", None)
@@ -274,7 +276,11 @@ def _v4_to_v5(data: dict) -> None:
 
 
 def _v5_to_v6(data: dict) -> None:
-    """No GPU clock was read before v6; the decode policy stays steady_step (what it was)."""
+    """No GPU clock was read before v6; the decode policy stays steady_step (what it was);
+    the median's interval was the normal one."""
+    policy = data.get("measurement_policy")
+    if isinstance(policy, dict):
+        policy.setdefault("median_interval", MEDIAN_NORMAL_Z)
     for phase in ("prefill", "decode"):
         for obs in data.get(phase) or []:
             if isinstance(obs, dict):

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .contract import (
+    MEDIAN_INTERVAL,
     AcceptanceControl,
     Device,
     GraphMode,
     KVSeedRegime,
+    MedianInterval,
     Mode,
     Phase,
     Policy,
@@ -107,7 +109,8 @@ class PointSummary:
 
 
 def summarize(phase: Phase, point_index: int, seconds: Sequence[float], stop: StopRule,
-              canary_spread: float | None) -> PointSummary:
+              canary_spread: float | None,
+              rule: MedianInterval = MEDIAN_INTERVAL) -> PointSummary:
     """The one definition of a point's summary, used by the builder and the validator;
     `seconds` in the order the samples were taken."""
     mean = statistics.fmean(seconds)
@@ -115,7 +118,7 @@ def summarize(phase: Phase, point_index: int, seconds: Sequence[float], stop: St
     return PointSummary(phase=phase, point_index=point_index, samples=len(seconds),
                         median_seconds=statistics.median(seconds), mean_seconds=mean,
                         min_seconds=min(seconds), max_seconds=max(seconds), cv=cv,
-                        median_half_width=median_half_width(seconds), stop=stop,
+                        median_half_width=median_half_width(seconds, rule), stop=stop,
                         canary_spread=canary_spread)
 
 
@@ -176,6 +179,7 @@ class MeasurementPolicy:
     until_pinned: UntilPinned | None   # rounds only: more rounds for unpinned points
     warmup: WarmupPolicy
     step_time_rule: StepTimeRule
+    median_interval: MedianInterval   # the rule of every summary's median_half_width
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from .contract import (
     DEFAULT_ORDER_SEED,
     DEFAULT_REPEATS,
+    MEDIAN_INTERVAL,
+    MEDIAN_NORMAL_Z,
     MEDIAN_SE_FACTOR,
     MIN_PINNED_ROUNDS,
     PHASE_DECODE,
@@ -37,6 +39,8 @@ from .contract import (
     STOP_NOT_FINISHED,
     STOP_PINNED,
     STOP_ROUND_CAP,
+    STUDENT_T_95,
+    MedianInterval,
     Phase,
     RepeatOrder,
     StopRule,
@@ -139,17 +143,28 @@ def round_order(refs: Iterable[PointRef], seed: int, round_index: int) -> tuple[
     return tuple(out)
 
 
-def median_half_width(seconds: Sequence[float]) -> float | None:
+def interval_quantile(n: int, rule: MedianInterval = MEDIAN_INTERVAL) -> float:
+    """The quantile of the median's 95% interval from n samples, under the rule."""
+    if rule == MEDIAN_NORMAL_Z:
+        return PINNED_Z
+    df = n - 1
+    if df <= len(STUDENT_T_95):
+        return STUDENT_T_95[df - 1]
+    return PINNED_Z + (PINNED_Z ** 3 + PINNED_Z) / (4 * df)
+
+
+def median_half_width(seconds: Sequence[float],
+                      rule: MedianInterval = MEDIAN_INTERVAL) -> float | None:
     """The half width of a 95% confidence interval of the median, relative to it:
-    PINNED_Z * MEDIAN_SE_FACTOR * stdev / sqrt(n) / median. None for fewer than 2 samples
-    (no spread to estimate) or a median of 0."""
+    q * MEDIAN_SE_FACTOR * stdev / sqrt(n) / median, q of the rule (interval_quantile).
+    None for fewer than 2 samples (no spread to estimate) or a median of 0."""
     if len(seconds) < 2:
         return None
     median = statistics.median(seconds)
     if not median > 0:
         return None
-    return PINNED_Z * MEDIAN_SE_FACTOR * statistics.stdev(seconds) / math.sqrt(len(seconds)) \
-        / median
+    return interval_quantile(len(seconds), rule) * MEDIAN_SE_FACTOR * \
+        statistics.stdev(seconds) / math.sqrt(len(seconds)) / median
 
 
 def median_interval_rank(n: int, confidence: float = PINNED_CONFIDENCE) -> int | None:
@@ -181,41 +196,45 @@ def order_statistic_half_width(seconds: Sequence[float],
     return max(median - ranked[k - 1], ranked[len(ranked) - k] - median) / median
 
 
-def is_pinned(seconds: Sequence[float], max_half_width: float) -> bool:
+def is_pinned(seconds: Sequence[float], max_half_width: float,
+              rule: MedianInterval = MEDIAN_INTERVAL) -> bool:
     """At least MIN_PINNED_ROUNDS samples, and the median's relative half width within
     max_half_width."""
-    width = median_half_width(seconds)
+    width = median_half_width(seconds, rule)
     return len(seconds) >= MIN_PINNED_ROUNDS and width is not None and width <= max_half_width
 
 
 def needs_another_round(seconds: Sequence[float], fixed_rounds: int,
-                        until: UntilPinned | None) -> bool:
+                        until: UntilPinned | None,
+                        rule: MedianInterval = MEDIAN_INTERVAL) -> bool:
     """Whether a point with these samples (in round order) takes part in the next round."""
     if len(seconds) < fixed_rounds:
         return True
     if until is None or len(seconds) >= until.max_rounds:
         return False
-    return not is_pinned(seconds, until.max_half_width)
+    return not is_pinned(seconds, until.max_half_width, rule)
 
 
-def final_stop(seconds: Sequence[float], until: UntilPinned) -> StopRule | None:
+def final_stop(seconds: Sequence[float], until: UntilPinned,
+               rule: MedianInterval = MEDIAN_INTERVAL) -> StopRule | None:
     """Why an until-pinned point stopped after these samples: pinned, the cap, or None (it
     would have taken another round)."""
-    if is_pinned(seconds, until.max_half_width):
+    if is_pinned(seconds, until.max_half_width, rule):
         return STOP_PINNED
     if len(seconds) >= until.max_rounds:
         return STOP_ROUND_CAP
     return None
 
 
-def stop_rule(seconds: list[float], repeats: int, until: UntilPinned | None) -> StopRule:
+def stop_rule(seconds: list[float], repeats: int, until: UntilPinned | None,
+              rule: MedianInterval = MEDIAN_INTERVAL) -> StopRule:
     """Why a point has these samples (taken in this order): the one rule, applied by the
     builder and recomputed by the validator."""
-    if needs_another_round(seconds, repeats, until):
+    if needs_another_round(seconds, repeats, until, rule):
         return STOP_NOT_FINISHED
     if until is None:
         return STOP_FIXED
-    stop = final_stop(seconds, until)
+    stop = final_stop(seconds, until, rule)
     assert stop is not None   # no further round needed: pinned or at the cap
     return stop
 

@@ -7,6 +7,8 @@ from ...wire import typed
 from ...wire.contract import (
     ARTIFACT_KIND,
     GENERATION_SAMPLING,
+    MEDIAN_INTERVAL,
+    MEDIAN_NORMAL_Z,
     PACKAGE_NAME,
     PHASE_DECODE,
     PHASE_PREFILL,
@@ -68,6 +70,10 @@ def check_policy(a: Artifact, err: Err, legacy) -> None:
                 f"got {getattr(policy, phase)!r}")
     if policy.repeats < 1:
         err(f"measurement_policy.repeats: must be >= 1, got {policy.repeats}")
+    interval = MEDIAN_NORMAL_Z if older_than(legacy, 6) else MEDIAN_INTERVAL
+    if policy.median_interval != interval:
+        err(f"measurement_policy.median_interval: {policy.median_interval!r}; an artifact of "
+            f"this schema_version states the median's interval {interval!r}")
     warmup = policy.warmup
     # Since schema v4 a point warms up until stable with the contract's passes and
     # tolerance; older artifacts warmed up once (the reader states it so).

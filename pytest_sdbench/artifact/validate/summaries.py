@@ -44,9 +44,10 @@ def check_summaries(a: Artifact, err: Err) -> None:
         if not all(is_real_step(o.timing.seconds, a.device) for sample in samples[key]
                    for o in sample.observations):
             continue   # the out-of-bounds step is reported; its summary is not recomputed
+        rule = policy.median_interval
         want = summarize(s.phase, s.point_index, times,
-                         stop_rule(times, policy.repeats, policy.until_pinned),
-                         point_canary_spread(a.rounds, [o.round for o in samples[key]]))
+                         stop_rule(times, policy.repeats, policy.until_pinned, rule),
+                         point_canary_spread(a.rounds, [o.round for o in samples[key]]), rule)
         if s.stop != want.stop:
             err(f"summaries[{k}].stop: {s.stop!r}, yet its {len(times)} samples under the "
                 f"policy's rule give {want.stop!r}")
