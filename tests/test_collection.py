@@ -30,12 +30,12 @@ def small_grid(sdbench_engine):
 
 
 @pytest.mark.parametrize("mode, prefill, decode", [("prefill", 2, 0), ("decode", 0, 2),
-                                                   ("agg", 2, 2)])
+                                                   ("agg", 2, 2)])   # decode: points
 def test_each_mode_collects_exact_observations(sdbench_collect, small_grid, mode, prefill,
                                                decode):
     run = sdbench_collect(mode, small_grid)
     a = run.artifact
-    assert (len(a.prefill), len(a.decode)) == (prefill, decode)
+    assert (len(a.prefill), len({o.point_index for o in a.decode})) == (prefill, decode)
     assert a.status == STATUS_COMPLETE
     assert a.mode == mode
     assert observation_violations(a) == []
@@ -184,8 +184,13 @@ def test_rounds_spread_a_points_samples_over_the_collection(sdbench_collect, sma
         assert r.canary_before.python_seconds > 0
         assert r.canary_after.python_seconds > 0
     assert len({r.order for r in a.rounds}) > 1   # not one order for every round
-    taken = sorted((o.native_iteration_id, PointRef(p, o.point_index), o.round)
-                   for p in ("prefill", "decode") for o in getattr(a, p))
+    # one sample a work item: a decode item's settled steps are one sample, taken together
+    first = {}
+    for p in ("prefill", "decode"):
+        for o in getattr(a, p):
+            key = (PointRef(p, o.point_index), o.round)
+            first[key] = min(first.get(key, o.native_iteration_id), o.native_iteration_id)
+    taken = sorted((iid, ref, round_) for (ref, round_), iid in first.items())
     for ref in refs:
         mine = [i for i, (_, r, _) in enumerate(taken) if r == ref]
         assert [taken[i][2] for i in mine] == [0, 1, 2]
@@ -208,8 +213,12 @@ def test_back_to_back_repeats_stay_an_explicit_policy(sdbench_collect, small_gri
     (only,) = a.rounds
     assert [(r.phase, r.point_index) for r in only.order] == [
         ("prefill", 0), ("prefill", 1), ("decode", 0), ("decode", 1)]   # grid order
-    taken = sorted((o.native_iteration_id, p, o.point_index)
-                   for p in ("prefill", "decode") for o in getattr(a, p))
+    first: dict[tuple, int] = {}   # a work item (its settled steps) is one sample
+    for p in ("prefill", "decode"):
+        for o in getattr(a, p):
+            key = (p, o.point_index, o.repeat)
+            first[key] = min(first.get(key, o.native_iteration_id), o.native_iteration_id)
+    taken = sorted((iid, p, i) for (p, i, _), iid in first.items())
     assert [(p, i) for _, p, i in taken] == [   # each point's repeats together
         ("prefill", 0), ("prefill", 0), ("prefill", 1), ("prefill", 1),
         ("decode", 0), ("decode", 0), ("decode", 1), ("decode", 1)]
@@ -220,7 +229,7 @@ def test_until_pinned_takes_rounds_where_the_noise_is(sdbench_collect, small_gri
     is within the width or it reaches the cap; each point says why it stopped, and only the
     unpinned points are in the later rounds (the validator recomputes both)."""
     from pytest_sdbench.wire.contract import PINNED_CONFIDENCE
-    from pytest_sdbench.wire.rounds import RepeatPlan, UntilPinned, is_pinned
+    from pytest_sdbench.wire.rounds import RepeatPlan, UntilPinned, is_pinned, samples_by_point
     plan = RepeatPlan(2, until_pinned=UntilPinned(0.05, PINNED_CONFIDENCE, 5))
     run = sdbench_collect("agg", small_grid, repeats=plan)
     a = run.artifact
@@ -228,9 +237,8 @@ def test_until_pinned_takes_rounds_where_the_noise_is(sdbench_collect, small_gri
     assert validate_data(typed.encode(a)).ok
     assert 3 <= len(a.rounds) <= 5
     for s in a.summaries:
-        seconds = sorted((o.round, o.timing.seconds) for o in getattr(a, s.phase)
-                         if o.point_index == s.point_index)
-        times = [t for _, t in seconds]
+        times = [sample.seconds for sample in
+                 samples_by_point(getattr(a, s.phase))[s.point_index]]
         assert s.stop in ("pinned", "round_cap")
         assert (s.stop == "pinned") == is_pinned(times, 0.05)
         assert s.samples == len(times) >= 3
@@ -239,3 +247,41 @@ def test_until_pinned_takes_rounds_where_the_noise_is(sdbench_collect, small_gri
     later = [set(r.order) for r in a.rounds[3:]]
     pinned_at_3 = {(s.phase, s.point_index) for s in a.summaries if s.samples == 3}
     assert not any((ref.phase, ref.point_index) in pinned_at_3 for rs in later for ref in rs)
+
+
+def test_retained_decode_steps_come_after_the_first_decode_step_of_their_run(
+        sdbench_collect, small_grid, sdbench_engine, monkeypatch):
+    """settled_steps, checked against vLLM's own scheduler outputs (not the collector's step
+    count): every schedule() output of the collection is recorded beneath the observer, with
+    vLLM's new-request list. A run starts with the output that admits its requests; each
+    retained decode observation is its run's 3rd step or later (step 1 admits the batch,
+    step 2 is the first decode step, the transient), and its context is then more than the
+    point's (the first decode step reads exactly the point's context)."""
+    from pytest_sdbench.engine import compat
+    from pytest_sdbench.observer.observer import STAMP_ATTR
+    from pytest_sdbench.wire.contract import SETTLED_FIRST_STEP, SETTLED_STEPS
+    scheduler_cls = type(compat.scheduler(sdbench_engine.llm))
+    schedule, outputs = scheduler_cls.schedule, []
+
+    def recording(self, *args, **kwargs):
+        out = schedule(self, *args, **kwargs)
+        outputs.append(out)
+        return out
+
+    monkeypatch.setattr(scheduler_cls, "schedule", recording)
+    run = sdbench_collect("decode", small_grid)
+    monkeypatch.undo()
+    position: dict[int, int] = {}   # native id -> 1-based step of its run
+    step = 0
+    for out in outputs:
+        if not out.total_num_scheduled_tokens:
+            continue
+        step = 1 if out.scheduled_new_reqs else step + 1
+        position[getattr(out, STAMP_ATTR, 0)] = step   # 0: outside the observer
+    retained = run.artifact.decode
+    assert len(retained) == SETTLED_STEPS * len(small_grid.decode)
+    steps = sorted({position[o.native_iteration_id] for o in retained})
+    assert steps == list(range(SETTLED_FIRST_STEP, SETTLED_FIRST_STEP + SETTLED_STEPS))
+    assert all(o.step_index == position[o.native_iteration_id] for o in retained)
+    assert all(r.kv_tokens > o.point.context_tokens for o in retained
+               for r in o.snapshot.requests)
