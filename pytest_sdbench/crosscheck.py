@@ -90,6 +90,9 @@ def _env(engine_core: str) -> dict[str, str | None]:
     """vLLM's own environment for the run: its multiprocess engine core (as `vllm serve`)
     or in-process; offline. Returns what it replaced."""
     wanted = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1" if engine_core == "multiprocess" else "0",
+              # the check for a CUDA device before the start initialised CUDA here: its
+              # engine core cannot be forked from this process
+              "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
               "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
               "VLLM_USE_FLASHINFER_SAMPLER": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER",
                                                             "0")}
