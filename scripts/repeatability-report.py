@@ -98,6 +98,13 @@ def main(argv=None) -> int:
     covered = [r for r in rows if r[1].median_half_width is not None and
                r[2].median_half_width is not None and
                r[3] <= math.hypot(r[1].median_half_width, r[2].median_half_width)]
+    for name, own, other in (("A", 1, 2), ("B", 2, 1)):
+        # each start's stated interval (its artifact's rule) against the other's median
+        held = [r for r in rows if r[own].median_half_width is not None and
+                abs(r[other].median_seconds / r[own].median_seconds - 1) <=
+                r[own].median_half_width]
+        print(f"{name}'s stated 95% interval holds the other start's median: "
+              f"{len(held)}/{len(rows)} points")
     print(f"disagreement within the two medians' combined 95% CI half width "
           f"(sqrt(hA^2 + hB^2)): {len(covered)}/{len(rows)} points")
     passing = [r for r in rows if all(s.samples >= CONSUMER_REPEATS and s.cv <= CONSUMER_MAX_CV
