@@ -13,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import typed
-from .contract import CUDAGRAPH_NONE, SETTLED_FIRST_STEP, SETTLED_STEPS
+from .contract import (
+    CUDAGRAPH_NONE,
+    POLICY_STEADY_STEP,
+    SETTLED_FIRST_STEP,
+    SETTLED_STEPS,
+    STEADY_STEP_INDEX,
+)
 
 
 class GridError(ValueError):
@@ -126,11 +132,13 @@ def engine_limits(identity, kv_capacity, draft_depth: int,
         synthetic=synthetic)
 
 
-def decode_max_tokens(draft_depth: int) -> int:
-    """Output tokens of a decode run: enough for its last retained (settled) step to verify a
-    full K drafts. After run step s at most 1 + (s-1)(K+1) tokens are out; step s drafts K
-    only while K+1 more are still to come."""
-    return 1 + (SETTLED_FIRST_STEP + SETTLED_STEPS - 1) * (draft_depth + 1)
+def decode_max_tokens(draft_depth: int, policy: str | None = None) -> int:
+    """Output tokens of a decode run: enough for its last retained step (settled_steps; the
+    legacy steady_step retained step 2) to verify a full K drafts. After run step s at most
+    1 + (s-1)(K+1) tokens are out; step s drafts K only while K+1 more are still to come."""
+    last = STEADY_STEP_INDEX if policy == POLICY_STEADY_STEP else \
+        SETTLED_FIRST_STEP + SETTLED_STEPS - 1
+    return 1 + last * (draft_depth + 1)
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class KnownLimits:
 
 
 def fit_errors(grid: Grid, limits: EngineLimits | KnownLimits,
-               decode_tokens: int | None = None) -> list[str]:
+               decode_tokens: int | None = None, policy: str | None = None) -> list[str]:
     """Every point an engine of these limits cannot run exactly, one message each: a prefill
     point must be one step of whole cached blocks; a decode point must fit max_num_seqs, the
     context length and the KV capacity over its whole run (``decode_tokens`` output tokens,
@@ -181,7 +189,7 @@ def fit_errors(grid: Grid, limits: EngineLimits | KnownLimits,
         where = f"decode[{i}]"
         if seqs is not None and d.batch_size > seqs:
             errors.append(f"{where}.batch_size: {d.batch_size} exceeds max_num_seqs {seqs}")
-        output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth))
+        output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth, policy))
         if max_len is not None and d.context_tokens + output + d.draft_depth > max_len:
             errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
                           f"run of {output} output tokens within max_model_len {max_len}")

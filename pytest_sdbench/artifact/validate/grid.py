@@ -50,7 +50,7 @@ def check_grid(a: Artifact, err: Err, legacy) -> None:
     # longer one only needs more room).
     limits = engine_limits(a.identity, a.kv_capacity, spec.draft_depth, synthetic)
     if limits is not None:   # the collector's own fit rules, stricter than the KV need below
-        for message in fit_errors(grid, limits):
+        for message in fit_errors(grid, limits, policy=a.measurement_policy.decode):
             err(f"grid.{message}")
         return
     capacity = a.kv_capacity.tokens
