@@ -20,6 +20,7 @@ import pytest
 from pytest_sdbench import cli
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import SUMMARY_HEADER, main
+from pytest_sdbench.wire.contract import SETTLED_STEPS
 
 from .conftest import FIXTURES
 
@@ -71,7 +72,7 @@ def test_show_prints_a_row_per_sample_with_its_round(capsys):
     assert main(["show", str(ROUNDS)]) == 0
     points, _summaries = capsys.readouterr().out.split(SUMMARY_HEADER)
     assert points.count("prefill[") == 8 * 3
-    assert points.count("decode[") == 4 * 3
+    assert points.count("decode[") == 4 * 3 * SETTLED_STEPS   # settled steps, each a row
     assert "KV capacity: " in points
     rows = [line.split() for line in points.splitlines()
             if line.startswith(("prefill[", "decode["))]
@@ -321,9 +322,10 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
         assert facts["config_digest"]["value"] == f"sha256:{on_disk}"
         assert facts["load_format"]["value"] == "auto"   # vLLM's loader, no dummy weights
     assert identity["acceptance_control"]["value"] == "natural"
-    (decode,) = data["decode"]   # natural acceptance: whatever the random draft hits, per request
-    assert len(decode["accepted_tokens"]) == 2
-    assert all(0 <= n <= 3 for n in decode["accepted_tokens"])
+    assert len(data["decode"]) == SETTLED_STEPS   # one work item, its settled steps
+    for decode in data["decode"]:   # natural acceptance: whatever the random draft hits
+        assert len(decode["accepted_tokens"]) == 2
+        assert all(0 <= n <= 3 for n in decode["accepted_tokens"])
     settings = identity["settings"]
     assert settings["user_engine_args"] == {"block_size": "32", "kv_cache_memory_bytes":
                                             "268435456", "max_model_len": "1024"}

@@ -326,8 +326,12 @@ def test_profiles_no_run_can_use_are_refused_naming_why(tmp_path):
     with pytest.raises(ProfileUnusable, match="legacy artifact"):
         read_profile(FIXTURES / "legacy-v2-decode-only.json")
     (tmp_path / "x.json").write_text("{}")
-    with pytest.raises(ProfileUnusable, match="not a valid artifact"):
+    with pytest.raises(ProfileUnusable, match="not an artifact"):
         read_profile(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text('{"kind": "pytest-sdbench/spec-decode-profile", '
+                                     '"schema_version": 6}')
+    with pytest.raises(ProfileUnusable, match="not a valid artifact"):
+        read_profile(tmp_path / "y.json")
     with pytest.raises(ProfileUnusable, match="device: the profile was measured on cuda"):
         check_device(read_profile(H200), cuda=False)
     check_device(read_profile(CPU), cuda=False)

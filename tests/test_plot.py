@@ -204,8 +204,8 @@ def test_markers_show_the_graph_mode_and_bars_the_ci_of_the_median(drawing):
     bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
     assert len(bars) == 2     # the two points with more than one sample
     (segment,) = bars[0].lines[2][0].get_segments()
-    half = points[0].summary.median_half_width   # 1.96 * 1.2533 * stdev / sqrt(3) / median
-    assert half == pytest.approx(1.959964 * 1.2533141 * 0.0001 / 3 ** 0.5 / 0.0031, rel=1e-4)
+    half = points[0].summary.median_half_width   # t(2) 4.303 * 1.2533 * stdev / sqrt(3) / med
+    assert half == pytest.approx(4.302653 * 1.2533141 * 0.0001 / 3 ** 0.5 / 0.0031, rel=1e-4)
     assert segment[:, 1].tolist() == pytest.approx([3.1 * (1 - half), 3.1 * (1 + half)])
     assert ax.get_xlabel().startswith("batch")
     assert ax.get_ylabel().startswith("step time")
