@@ -364,11 +364,15 @@ def _rows(a):
 
 def _table(a) -> str:
     lines = [f"{'point':<12} {'coordinates':<44} {'round':>5} {'iter':>6} {'ms':>9} "
-             f"{'graph':>9}"]
+             f"{'graph':>9} {'step':>4} {'SM MHz':>7}"]
     rows = sorted(_rows(a), key=lambda row: row[2].native_iteration_id)   # as measured
     for name, coords, o in rows:
+        step = getattr(o, "step_index", "-")
+        clock = o.gpu_clock   # the lower of the two readings; * : taken while capped
+        mhz = "-" if clock is None else \
+            f"{min(clock.sm_mhz_before, clock.sm_mhz_after)}{'*' if clock.capped else ''}"
         lines.append(f"{name:<12} {coords:<44} {o.round:>5} {o.native_iteration_id:>6} "
-                     f"{o.timing.seconds * 1e3:>9.3f} {o.graph_mode:>9}")
+                     f"{o.timing.seconds * 1e3:>9.3f} {o.graph_mode:>9} {step:>4} {mhz:>7}")
     for s in a.coverage.skipped_points:
         lines.append(f"{s.phase}[{s.point_index}]  SKIPPED: {s.reason}")
     if a.summaries:
@@ -404,7 +408,7 @@ def cmd_show(args) -> int:
         return EXIT_UNUSABLE
     if is_sweep_index(data):
         return _show_index(args.path, data)
-    from .describe import canary_line, placement_line, repeat_policy
+    from .describe import canary_line, placement_line, policy_line, repeat_policy
     a, code = _load_valid(args.path)
     if a is None:
         return code
@@ -418,6 +422,7 @@ def cmd_show(args) -> int:
           f"{a.kv_capacity.tokens} tokens, {len(a.kv_capacity.groups)} group(s), draft layers "
           f"{', '.join(a.kv_capacity.draft_layer_names) or 'none'}")
     print(repeat_policy(a))
+    print(policy_line(a))
     print(canary_line(a.host_canary))
     print(placement_line(None if a.environment is None else a.environment.cpu_placement))
     print(_table(a))

@@ -11,8 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .wire.contract import MIN_ROUNDS_FOR_NOISE, PINNED_CONFIDENCE, REPEAT_BACK_TO_BACK
-from .wire.model import Artifact, CpuPlacement, PointSummary
+from .wire.contract import (
+    MIN_ROUNDS_FOR_NOISE,
+    PINNED_CONFIDENCE,
+    POLICY_DESCRIPTIONS,
+    REPEAT_BACK_TO_BACK,
+)
+from .wire.model import Artifact, CpuPlacement, Observation, PointSummary
 from .wire.rounds import CanarySpread
 
 
@@ -24,6 +29,22 @@ def is_legacy(a: Artifact) -> bool:
 def rounds_taken(a: Artifact) -> int:
     """Rounds over the grid: the recorded rounds (a back-to-back pass records one)."""
     return len(a.rounds)
+
+
+def policy_line(a: Artifact) -> str:
+    """Which steps the artifact retains, said as what they are (a legacy steady_step
+    profile retained the first decode step after admission, not a serving step); and how
+    many of its samples ran while the GPU's clock was capped."""
+    policy = a.measurement_policy
+    parts = [f"{phase}: {name} ({POLICY_DESCRIPTIONS[name]})"
+             for phase, name in (("prefill", policy.prefill), ("decode", policy.decode)) if name]
+    observations: list[Observation] = [*a.prefill, *a.decode]
+    clocked = [o.gpu_clock for o in observations if o.gpu_clock is not None]
+    if clocked:
+        capped = sum(c.capped for c in clocked)
+        parts.append(f"GPU clock read around every work item: {capped} of {len(clocked)} "
+                     "observations taken while capped (* in the SM MHz column)")
+    return "retained steps: " + "; ".join(parts)
 
 
 def repeat_policy(a: Artifact) -> str:
