@@ -164,7 +164,7 @@ def relabel(d, keep: str) -> None:
         d["environment"]["other_gpu_processes"] = 0 if to == "cuda" else None
     if v6(d):   # the GPU clock a CUDA run reads beside each work item, as a forger writes it
         for _, obs in observations(d):
-            obs["gpu_clock"] = CLOCK if to == "cuda" else None
+            obs["gpu_clock"] = copy.deepcopy(CLOCK) if to == "cuda" else None
     for r in d.get("rounds", []):   # the canary's kernel launch reading is CUDA's alone
         for reading in (r["canary_before"], r["canary_after"]):
             if reading is not None:
@@ -1068,6 +1068,74 @@ def observer_cost_not_its_median(d, draw):
 def rounds_relabelled_back_to_back(d, draw):
     d["measurement_policy"]["repeat_order"] = "back_to_back"
     d["measurement_policy"]["order_seed"] = None
+
+
+# ---- settled steps and the GPU clock (schema v6) -------------------------------------------
+
+def settled(d):
+    return v6(d) and bool(d["decode"])
+
+
+@forgery("shape", r"^(decode\[\d+\]\.step_index: settled_steps retains run steps 3\.\.6 .*|"
+         r"decode: point \d+ repeat \d+: retains steps .*)$",
+         must=r"^decode\[\d+\]\.step_index: settled_steps retains", applies=settled)
+def settled_step_index_forged(d, draw):
+    """A retained step relabelled as another step of its run: the first decode step (the
+    transient), the admission, or one past the retained ones."""
+    obs = pick(draw, d["decode"])
+    obs["step_index"] = pick(draw, [1, 2, 7, 9])
+    reseal(d)
+
+
+@forgery("shape", r"^(decode\[\d+\]\.snapshot: (requests\[\d+\]\.kv_tokens is \d+, step \d+ "
+         r"of the point .*|request '[^']+' reads \d+ KV tokens at step \d+; .*))$",
+         must=r"^decode\[\d+\]\.snapshot: ", applies=settled)
+def settled_context_forged(d, draw):
+    """One request of a settled step said to read another context: off the bound of its
+    step, or off the chain from the step before it."""
+    obs = pick(draw, [o for o in d["decode"] if o["step_index"] > 3])
+    request = pick(draw, obs["snapshot"]["requests"])
+    request["kv_tokens"] += pick(draw, [-1, 1, 50, -obs["point"]["context_tokens"]])
+    reseal(d)
+
+
+@forgery("relabel", r"^(prefill|decode)\[\d+\]\.gpu_clock: .* on a 'cpu' run; only a CUDA run "
+         r"reads a GPU clock \(relabelled\?\)$", applies=lambda d: v6(d) and cpu(d))
+def gpu_clock_on_cpu(d, draw):
+    obs = pick_obs(draw, d)
+    obs["gpu_clock"] = copy.deepcopy(CLOCK)
+    reseal(d)
+
+
+def _cuda_v6(d) -> None:
+    """The CPU base relabelled as a coherent CUDA artifact (its clocks written too)."""
+    relabel(d, "nothing")
+
+
+@forgery("timing", r"^(prefill|decode)\[\d+\]\.gpu_clock\.(capped: (True|False), yet its "
+         r"reasons .*|sm_mhz_(before|after): \d+ MHz is outside .*|reasons: .*)$",
+         applies=lambda d: v6(d) and cpu(d))
+def gpu_clock_forged(d, draw):
+    """On a CUDA artifact: a sample's capped flag flipped, a clock above the device's
+    maximum, or a reason listed twice."""
+    _cuda_v6(d)
+    clock = pick_obs(draw, d)["gpu_clock"]
+    how = pick(draw, ["flip", "fast", "twice"])
+    if how == "flip":
+        clock["capped"] = not clock["capped"]
+    elif how == "fast":
+        clock["sm_mhz_after"] = clock["max_sm_mhz"] + draw(st.integers(1, 500))
+    else:
+        clock["reasons"] = clock["reasons"] * 2
+    reseal(d)
+
+
+@forgery("relabel", r"^(prefill|decode)\[\d+\]\.gpu_clock: null on a cuda run; every CUDA "
+         r"sample carries the GPU clock it ran at$", applies=lambda d: v6(d) and cpu(d))
+def gpu_clock_dropped(d, draw):
+    _cuda_v6(d)
+    pick_obs(draw, d)["gpu_clock"] = None
+    reseal(d)
 
 
 # ---- the test --------------------------------------------------------------------------------
