@@ -42,7 +42,8 @@ def test_crosscheck_measures_vllm_alone_at_every_decode_point(tmp_path):
         assert point["vllm_sm_mhz"] == []   # no GPU clock on a CPU
     errors = sorted(abs(p["ratio"] - 1) for p in report["points"])
     assert report["max_abs_error"] == errors[-1]
-    assert "profile/vLLM" in done.stdout and "median" in done.stdout
+    assert "profile/vLLM" in done.stdout
+    assert "median" in done.stdout
     # vLLM logs to stdout too: the table closes it
     assert done.stdout.strip().endswith((tmp_path / "crosscheck-multiprocess.txt").read_text()
                                         .strip())
