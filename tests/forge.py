@@ -33,8 +33,8 @@ H200 = ROOT / "docs" / "evidence" / "h200"
 # Real artifacts: the CPU v6 fixture (rounds, settled decode steps); the CPU v4 fixture and
 # a v4 H200 production profile (the smallest of K=3: graphs, synthetic acceptance, 5
 # back-to-back repeats, engine settings), read as legacy v4; and the committed H200 agg
-# artifacts (schema v3, read as legacy). Legacy forgeries stay in their version's shape, digests recomputed on the
-# document as written.
+# artifacts (schema v3, read as legacy). Legacy forgeries stay in their version's shape,
+# digests recomputed on the document as written.
 BASES = {
     "cpu-v6": FIXTURES / "cpu-agg-v6.json",
     "cpu-v4": FIXTURES / "cpu-agg-v4.json",
