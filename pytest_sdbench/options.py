@@ -243,6 +243,12 @@ OPTIONS: tuple[Option, ...] = (
            default=False, action="store_true", commands=()),
     Option("only", "run only the tests that start an engine (marked sdbench_engine); wins "
            "over --sdbench-skip", default=False, action="store_true", commands=()),
+    # The `sdbench compare` gate at session finish, as pytest-benchmark's
+    # --benchmark-compare/--benchmark-compare-fail: pytest only (compare_gate.py).
+    Option("compare", "compare each artifact this run writes with BASELINE (the `sdbench "
+           "compare` gate), shown in the sdbench summary", metavar="BASELINE", commands=()),
+    Option("compare-fail", "with --sdbench-compare: fail the session when the gate fails "
+           "(or no artifact was written)", default=False, action="store_true", commands=()),
 )
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from . import hooks, markers, vram
+from . import compare_gate, hooks, markers, vram
 from .options import (
     DEFAULT_ARTIFACT_DIR,
     OPTIONS,
@@ -41,7 +41,7 @@ from .options import (
 
 # The run's sdbench summary, by section; xdist workers hand theirs to the controller under
 # one workeroutput key.
-SUMMARY_SECTIONS = ("artifact", "engine", "vram", "note")
+SUMMARY_SECTIONS = ("artifact", "engine", "vram", "note", "compare")
 SUMMARY = pytest.StashKey[dict]()
 SUMMARY_KEY = "sdbench_summary"
 VRAM_SAMPLER = pytest.StashKey[object]()
@@ -86,6 +86,7 @@ def pytest_configure(config):
     config.stash[SWEEP_RUNS] = []
     _assign_gpu(config)
     _check_inputs(config)
+    compare_gate.check_baseline(config)
     note = k_window_note(config.getoption("sdbench_k"), cli=False)
     if note and not hasattr(config, "workerinput"):   # the controller's, once (not per worker)
         config.stash[SUMMARY]["note"].append(note)
@@ -457,6 +458,8 @@ def pytest_sessionfinish(session):
         return
     if len(config.getoption("sdbench_k")) > 1:
         _write_sweep_indexes(config)
+    compare_gate.judge(session, [path for *_, path in config.stash[SWEEP_RUNS]],
+                       config.stash[SUMMARY]["compare"])
 
 
 def _write_sweep_indexes(config) -> None:

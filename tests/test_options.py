@@ -70,9 +70,11 @@ def test_the_cli_takes_exactly_the_pytest_options_less_the_prefix():
     (--out is an alias of --artifact-dir, not an option of its own)."""
     pytest_actions, cli_actions = _pytest_actions(), _cli_actions()
     assert all(name.startswith(PYTEST_PREFIX) for name in pytest_actions)
-    # pytest's own: the test selection by the sdbench_engine marker (markers.py)
+    # pytest's own: the test selection by the sdbench_engine marker (markers.py), and the
+    # compare gate at session finish (compare_gate.py)
     selection = {PYTEST_PREFIX + o.name for o in OPTIONS if not o.commands}
-    assert selection == {"--sdbench-skip", "--sdbench-only"}
+    assert selection == {"--sdbench-skip", "--sdbench-only", "--sdbench-compare",
+                         "--sdbench-compare-fail"}
     spelled = {CLI_PREFIX + name.removeprefix(PYTEST_PREFIX): a
                for name, a in pytest_actions.items() if name not in selection}
     assert sorted(spelled) == sorted(cli_actions)
