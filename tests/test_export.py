@@ -504,8 +504,11 @@ def test_repeats_export_one_real_observation(capsys, tmp_path, cpu_artifact_data
     for phase, envelope in _envelopes(root, manifest).items():
         for result in envelope["results"]:
             point = result["point"]
-            times = sorted(o["timing"]["seconds"] for o in data[phase]
-                           if o["point_index"] == point["sdbench_point_index"])
+            items: dict[int, list[float]] = {}   # a sample: one work item's steps
+            for o in data[phase]:
+                if o["point_index"] == point["sdbench_point_index"]:
+                    items.setdefault(o["repeat"], []).append(o["timing"]["seconds"])
+            times = sorted(statistics.median_low(steps) for steps in items.values())
             assert point["sdbench_repeat"] == want_repeat
             assert point["sdbench_repeats"] == n
             assert result["fpms"][0]["wall_time"] == statistics.median_low(times)

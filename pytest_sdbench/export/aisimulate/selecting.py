@@ -12,6 +12,7 @@ from ...artifact.store import UnusableArtifact
 from ...wire.contract import ACCEPTANCE_SYNTHETIC, PHASE_DECODE, PHASE_PREFILL, PHASES
 from ...wire.model import Artifact, DecodeObservation, Observation, PrefillObservation
 from ...wire.points import PrefillPoint
+from ...wire.rounds import samples_by_point
 from .vocabulary import Refused, UnusableInput
 
 # --- Reading and selecting ------------------------------------------------------------------
@@ -30,35 +31,26 @@ def read_artifact(path: Path) -> tuple[Artifact, str | None, bytes]:
 
 @dataclass(frozen=True)
 class Selected:
-    """The one observation a point exports: the lower median of its repeats by time."""
+    """The one observation a point exports: the lower median of its samples by time."""
     phase: str
     observation: Observation
-    repeats_seconds: tuple[float, ...]   # every repeat's time, by repeat index
+    repeats_seconds: tuple[float, ...]   # every sample's time, by repeat index
 
 
 def select(artifact: Artifact, phase: str) -> list[Selected]:
-    """Per point (grid order) the observation at the lower median of its repeats' times: for
+    """Per point (grid order) the observation at the lower median of its samples' times: for
     an odd count the median itself, for an even count the lower of the two middle ones (their
-    mean, the summary's median, is no observation). Ties go to the lower repeat index."""
-    by_point: dict[int, list[Observation]] = {}
-    observations: tuple[Observation, ...] = getattr(artifact, phase)
-    for obs in observations:
-        by_point.setdefault(obs.point_index, []).append(obs)
+    mean, the summary's median, is no observation). Ties go to the lower repeat index. A
+    sample is a work item (wire.rounds.samples_by_point: under settled_steps, its settled
+    steps), whose time is one of its steps' (their lower median): that step is exported."""
     chosen = []
-    for index in sorted(by_point):
-        repeats = sorted(by_point[index], key=_repeat_of)
-        ranked = sorted(repeats, key=_time_then_repeat)
-        chosen.append(Selected(phase, ranked[(len(ranked) - 1) // 2],
-                               tuple(o.timing.seconds for o in repeats)))
+    for _, samples in sorted(samples_by_point(getattr(artifact, phase)).items()):
+        by_repeat = sorted(samples, key=lambda sample: sample.repeat)
+        ranked = sorted(by_repeat, key=lambda sample: (sample.seconds, sample.repeat))
+        sample = ranked[(len(ranked) - 1) // 2]
+        step = next(o for o in sample.observations if o.timing.seconds == sample.seconds)
+        chosen.append(Selected(phase, step, tuple(s.seconds for s in by_repeat)))
     return chosen
-
-
-def _repeat_of(obs: Observation) -> int:
-    return obs.repeat
-
-
-def _time_then_repeat(obs: Observation) -> tuple[float, int]:
-    return obs.timing.seconds, obs.repeat
 
 
 def select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: float | None,
