@@ -266,8 +266,9 @@ def canary_figure(artifact: Artifact, title: str):
 def compare_figure(result: Comparison, title: str):
     """Per-point change of the candidate's median step time against the baseline's, a bar
     each, coloured by the gate's verdict; the whisker spans the change +- the noise the gate
-    judged it by (a point whose whisker stays right of 0 is slower beyond its noise), and
-    the candidate host's slowdown, when the canaries say it ran slower, is shaded."""
+    judged it by, stopped at -100% (a point whose whisker stays right of 0 is slower beyond
+    its noise), and the candidate host's slowdown, when the canaries say it ran slower, is
+    shaded; the legend is below the axes."""
     from matplotlib.patches import Patch
     rows = [p for p in result.points if p.change_pct is not None]
     fig = figure(8.0, max(3.0, 0.28 * len(rows) + 2.0))
@@ -277,7 +278,9 @@ def compare_figure(result: Comparison, title: str):
     ax.barh(y, values, color=[VERDICT_COLORS[p.verdict] for p in rows])
     for i, p in enumerate(rows):
         if p.noise_pct is not None:
-            ax.errorbar([values[i]], [i], xerr=[[p.noise_pct], [p.noise_pct]], fmt="none",
+            # a step time cannot fall by more than 100%: the whisker stops at -100%
+            below = max(0.0, min(p.noise_pct, values[i] + 100.0))
+            ax.errorbar([values[i]], [i], xerr=[[below], [p.noise_pct]], fmt="none",
                         ecolor="black", capsize=3, linewidth=0.8)
     slowdown = result.host.slowdown_pct
     if slowdown > 0:
@@ -294,8 +297,9 @@ def compare_figure(result: Comparison, title: str):
     if slowdown > 0:
         handles.append(Patch(color=VERDICT_COLORS[HOST_SLOWER], alpha=0.15,
                              label=f"host slower {slowdown:+.1f}%"))
+    # below the axes, in one row: clear of the title and of every bar
     fig.legend(handles=handles, title="verdict of sdbench compare", fontsize=8,
-               title_fontsize=8, loc="outside right upper")
+               title_fontsize=8, loc="outside lower center", ncols=len(handles))
     return fig
 
 
