@@ -114,11 +114,12 @@ def test_a_prefill_point_that_does_not_fit_is_named(point, message):
 
 @pytest.mark.parametrize("point, message", [
     ({"batch_size": 9, "context_tokens": 64}, "decode[0].batch_size: 9 exceeds max_num_seqs 8"),
+    # a settled_steps run: 1 + 6 (K+1) = 25 output tokens at K=3
     ({"batch_size": 1, "context_tokens": 1013},
-     "decode[0].context_tokens: 1013 leaves no room for the run of 9 output tokens within "
+     "decode[0].context_tokens: 1013 leaves no room for the run of 25 output tokens within "
      "max_model_len 1024"),
     ({"batch_size": 8, "context_tokens": 512},
-     "decode[0]: batch_size*(context+output) needs 4320 KV tokens, the engine holds 4096"),
+     "decode[0]: batch_size*(context+output) needs 4448 KV tokens, the engine holds 4096"),
 ])
 def test_a_decode_point_that_does_not_fit_is_named(point, message):
     grid = parse_grid({"decode": [dict(point, draft_depth=3, acceptance_length=None)]})

@@ -203,19 +203,21 @@ def longest_prefix(limits: EngineLimits, batch: int, new_tokens: int) -> int:
     return max(0, room // block * block)
 
 
-def decode_contexts(limits: EngineLimits, batch: int) -> list[int]:
+def decode_contexts(limits: EngineLimits, batch: int, policy: str | None = None) -> list[int]:
     """Contexts measured at one batch: from one block to the longest the engine runs a full
-    K-draft steady step at (max_model_len less the run's output and its drafts) and the KV
-    capacity holds for the batch, with a ladder between."""
+    K-draft retained step at (max_model_len less the run's output and its drafts, the run of
+    the decode policy: settled_steps unless a legacy one is named) and the KV capacity holds
+    for the batch, with a ladder between."""
     k, block = limits.draft_depth, limits.block_size
-    room = decode_max_tokens(k) + k
+    room = decode_max_tokens(k, policy) + k
     top = min(limits.max_model_len - room, limits.kv_tokens // batch - room - block)
     contexts = _capped(DECODE_LADDER, block, top) if top >= block else []
     # re-admitting the cached prompts takes up to 3 blocks a request in one step
     return [c for c in contexts if batch * min(c, 3 * block) <= limits.max_num_batched_tokens]
 
 
-def direct_grid(limits: EngineLimits, acceptance_length: float | None = None) -> Grid:
+def direct_grid(limits: EngineLimits, acceptance_length: float | None = None,
+                policy: str | None = None) -> Grid:
     """aisimulate: for every batch 1..max_num_seqs, prefill token curves without a cached
     prefix over the whole span (1 .. the budget's share, within max_model_len), each line from
     a block + 1 on also with its longest cached prefix (its KV curve spans 0 .. that maximum),
@@ -229,7 +231,7 @@ def direct_grid(limits: EngineLimits, acceptance_length: float | None = None) ->
             if prefix:
                 prefill.append(PrefillPoint(batch, new, prefix))
         decode += [DecodePoint(batch, c, limits.draft_depth, acceptance_length)
-                   for c in decode_contexts(limits, batch)]
+                   for c in decode_contexts(limits, batch, policy)]
     return parse_grid(typed.encode(Grid(tuple(prefill), tuple(decode))))
 
 
