@@ -31,9 +31,13 @@ def test_decode_point_beyond_one_steps_budget_is_measured_exactly(sdbench_collec
     run = sdbench_collect("decode", grid)
     assert run.artifact.status == STATUS_COMPLETE, run.artifact.coverage.skipped_points
     assert observation_violations(run.artifact) == []
-    (obs,) = run.artifact.decode
-    assert {r.kv_tokens for r in obs.snapshot.requests} == {context}
-    assert len(obs.snapshot.requests) == batch
+    steps = run.artifact.decode   # one work item's settled steps, run steps 3, 4, ...
+    assert [o.step_index for o in steps] == list(range(3, 3 + len(steps)))
+    for obs in steps:   # the context grows by at least one token a step from the point's
+        grown = obs.step_index - 2
+        assert all(context + grown <= r.kv_tokens <= context + grown * (k + 1)
+                   for r in obs.snapshot.requests)
+        assert len(obs.snapshot.requests) == batch
 
 
 @pytest.mark.sdbench_engine
@@ -51,13 +55,15 @@ def test_repeats_are_observations_of_their_own_with_a_recomputable_summary(sdben
     assert observation_violations(a) == []
     for phase in ("prefill", "decode"):
         observations = getattr(a, phase)
-        assert [o.repeat for o in observations] == [0, 1, 2]
-        assert len({o.native_iteration_id for o in observations}) == 3
+        steps = len(observations) // 3   # a decode sample is its work item's settled steps
+        assert [o.repeat for o in observations] == [r for r in (0, 1, 2) for _ in range(steps)]
+        assert len({o.native_iteration_id for o in observations}) == 3 * steps
         (summary,) = [s for s in a.summaries if s.phase == phase]
-        seconds = [o.timing.seconds for o in observations]
-        spread = point_canary_spread(a.rounds, [o.round for o in observations])
+        seconds = [statistics.median_low([o.timing.seconds for o in observations
+                                          if o.repeat == r]) for r in (0, 1, 2)]
+        spread = point_canary_spread(a.rounds, [0, 1, 2])
         assert summary == summarize(phase, 0, seconds, STOP_FIXED, spread)
-        assert [o.round for o in observations] == [0, 1, 2]   # one sample a round
+        assert {o.repeat: o.round for o in observations} == {0: 0, 1: 1, 2: 2}   # a round
         assert summary.median_seconds == statistics.median(seconds)
         assert all(o.warmup_passes >= a.measurement_policy.warmup.min_passes
                    for o in observations)
