@@ -81,7 +81,7 @@ def test_show_prints_a_row_per_sample_with_its_round(capsys):
              for phase in ("prefill", "decode") for o in data[phase]}
     # each row: its point, its round and its native ID as the artifact holds them, in the
     # order measured (native IDs rise), so that every round lists the whole grid
-    shown = [(row[0], int(row[-4]), int(row[-3])) for row in rows]
+    shown = [(row[0], int(row[-6]), int(row[-5])) for row in rows]   # then ms, graph, step, MHz
     assert [iid for _, _, iid in shown] == sorted(taken)
     assert all(taken[iid] == (name, rnd) for name, rnd, iid in shown)
     assert [rnd for _, rnd, _ in shown] == sorted(rnd for _, rnd, _ in shown)
