@@ -216,6 +216,7 @@ def _collect_one(spec, args, out: str):
         InvalidArtifact,
         collect_to_artifact,
         describe,
+        describe_time,
         grid_for,
     )
     from .wire.points import GridError
@@ -265,6 +266,8 @@ def _collect_one(spec, args, out: str):
         engine.shutdown()
     print(_table(run.artifact))
     print(f"wrote {describe(run)}")
+    if getattr(run, "result", None) is not None:
+        print(f"time: {describe_time(run.result)}")
     if args.plots:
         from .plot import plot_beside
         print(f"wrote the plots {plot_beside(run.path, run.artifact)[-1]}")

@@ -12,10 +12,20 @@ repeats right after its warm-up, the v4 policy) remain available as an explicit 
 
 Decode points are seeded: an unbooked run computes the point's prompts (chunked over as
 many steps as the engine's token budget needs), so that the measured run of the same
-prompts is admitted in one step from the prefix cache and reaches the steady step with
-exactly the point's context; in rounds the seed runs again before each measurement (other
-points' runs may have evicted the prompts), as does a prefill point's cached prefix. A
-point is thus limited by the KV capacity and max_num_seqs, not by one step's budget.
+prompts is admitted in one step from the prefix cache and reaches the settled steps with
+exactly the point's context. A point is thus limited by the KV capacity and max_num_seqs,
+not by one step's budget.
+
+The prompt pool: where POOL_CACHE_SHARE of the KV cache holds it, the prompts come from one
+pool of distinct prompts, seeded once: a decode point's B prompts are the first B pool
+prompts cut to its context, and a cached-prefix prefill point's shared prefix is pool
+prompt 0 cut to its prefix (+ the block EAGLE recomputes). Their blocks are the pool's
+blocks, already in the prefix cache, so a round seeds nothing while the cache holds them.
+Every run checks the cache hits the engine reports: a run whose admission missed (other
+runs evicted the blocks) is discarded, its prompts are computed again (only the missing
+blocks are) and the run is repeated; a second miss fails the point. Requests of one batch
+never share a block (distinct pool prompts), as before. Without the pool (it does not fit),
+each point has prompts of its own, seeded again before each round's measurement.
 
 The observer is attached for the collection and detached afterwards, whatever happens.
 Python's garbage collector is paused while a point is warmed up or measured (collected
@@ -88,6 +98,37 @@ from .wire.rounds import (
 )
 from .wire.shape import decode_mismatch, prefill_mismatch
 
+# The prompt pool is used where it takes at most this share of the KV cache's tokens (the
+# rest holds the runs' own tokens and the prefill points' fresh prompts).
+POOL_CACHE_SHARE = 0.5
+
+
+def full_cache_hit(prompt_tokens: int, block_size: int) -> int:
+    """Tokens vLLM serves from the prefix cache for a prompt whose every full block is
+    cached, with EAGLE: at most prompt - 1 tokens (one is computed for its logits), in whole
+    blocks, less the last matched block, which EAGLE recomputes for the draft's hidden
+    states (vLLM's single_type_kv_cache_manager)."""
+    return max(((prompt_tokens - 1) // block_size - 1) * block_size, 0)
+
+
+@dataclass
+class TimeBreakdown:
+    """Where a collection's wall time went (host perf_counter seconds, by section)."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @contextmanager
+    def section(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def count(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+
 
 @dataclass
 class CollectionResult:
@@ -106,6 +147,7 @@ class CollectionResult:
     elapsed_seconds: float = 0.0
     measured_seconds: float = 0.0      # retained steps
     timed_seconds: float = 0.0         # every timed step: seeds, warm-ups, measured runs
+    breakdown: TimeBreakdown = field(default_factory=TimeBreakdown)   # host wall, by section
 
     @property
     def completed(self) -> int:
@@ -126,6 +168,11 @@ class CollectionResult:
 
 class PointFailed(RuntimeError):
     """A point whose retained step could not be identified exactly."""
+
+
+class CacheMiss(PointFailed):
+    """A run's admission missed the prefix cache: its prompts were evicted since their seed.
+    The run is discarded (never retained); a second miss in a row fails the point."""
 
 
 def sampling_params(max_tokens: int):
@@ -172,8 +219,10 @@ class Collector:
         self.order_seed = plan.seed
         self.until_pinned = plan.until_pinned
         self.progress = progress or (lambda done, total, label: None)
-        self.on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
+        self._on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
         self.observer: NativeObserver | None = None
+        self.pool: list[list[int]] | None = None    # the prompt pool (None: it does not fit)
+        self.breakdown = TimeBreakdown()
         self.clock: ClockReader | NoClock = NoClock()
         self.timed_seconds = 0.0
         self._done, self._total = 0, 0
@@ -194,7 +243,8 @@ class Collector:
     def _run(self, prompts, max_tokens: int, booking: Booking):
         missing, outputs = None, None
         try:
-            with self._attached().window(booking) as window:
+            with self._attached().window(booking) as window, \
+                    self.breakdown.section(f"run {booking}"):
                 outputs = self.engine.generate(prompts, sampling_params(max_tokens))
         except TimingMissing as exc:
             if ranks.world_size() == 1:
@@ -243,12 +293,44 @@ class Collector:
         raise PointFailed(f"the engine runs CUDA graphs ({engine_mode}) but did not report how "
                           f"iteration {record.native_iteration_id} ran")
 
-    def _warm(self, run_once) -> tuple[int, bool]:
+    def _warm(self, state: _PointState, run_once) -> tuple[int, bool]:
         """Warm the exact coordinate up, unbooked, until settled: (passes, settled)."""
         times: list[float] = []
         while len(times) < WARMUP_MAX_PASSES and not settled(times):
-            times.append(run_once(BOOKING_WARMUP)[0].timing.seconds)
+            record = self._seeded(state, lambda: run_once(BOOKING_WARMUP))[0]
+            times.append(record.timing.seconds)
         return len(times), settled(times)
+
+    def _seed(self, state: _PointState) -> None:
+        if state.phase == PHASE_PREFILL:
+            self._prefill_seed(state)
+        else:
+            self._decode_seed(state)
+
+    def _seeded(self, state: _PointState, run):
+        """run(), repeated once after computing the point's prompts again if its admission
+        missed the prefix cache (the missed run is discarded); a second miss fails."""
+        try:
+            return run()
+        except CacheMiss:
+            self.breakdown.count("reseeds")
+            self._seed(state)
+            return run()
+
+    def _seed_pool(self, grid: Grid) -> None:
+        """The prompt pool (module docstring), seeded once by one unbooked run, where
+        POOL_CACHE_SHARE of the KV cache holds it; else None (points seed their own)."""
+        block = self.engine.block_size
+        prefixes = [p.cached_prefix_tokens + block for p in grid.prefill
+                    if p.cached_prefix_tokens]
+        width = max([d.batch_size for d in grid.decode] + [1 for _ in prefixes[:1]], default=0)
+        length = max([d.context_tokens for d in grid.decode] + prefixes, default=0)
+        if not width or width * length > POOL_CACHE_SHARE * self.engine.kv_capacity.tokens:
+            self.pool = None
+            return
+        self.pool = [self._fresh(length) for _ in range(width)]
+        with self.breakdown.section("seed pool"):
+            self._run(self.pool, 1, BOOKING_UNBOOKED)
 
     # ---- prefill ------------------------------------------------------------------------
     def _prefill_prepare(self, point: PrefillPoint) -> _PointState:
@@ -256,9 +338,11 @@ class Collector:
         # EAGLE, vLLM drops the last matched block of a hit (the draft needs its hidden
         # states), so a hit of P tokens needs P + one block cached and shared; that block
         # is recomputed as the first of the point's new tokens.
-        shared = self._fresh(point.cached_prefix_tokens + self.engine.block_size
-                             if point.cached_prefix_tokens else 0)
-        state = _PointState(PHASE_PREFILL, point, shared=shared)
+        length = (point.cached_prefix_tokens + self.engine.block_size
+                  if point.cached_prefix_tokens else 0)
+        if self.pool is not None:
+            return _PointState(PHASE_PREFILL, point, shared=self.pool[0][:length])
+        state = _PointState(PHASE_PREFILL, point, shared=self._fresh(length))
         self._prefill_seed(state)
         return state
 
@@ -266,7 +350,8 @@ class Collector:
         """(Re)compute the shared prefix, unbooked: other points' runs may have evicted it
         from the prefix cache since it was last used."""
         if state.shared:
-            self._run([state.shared], 1, BOOKING_UNBOOKED)
+            with self.breakdown.section("seed"):
+                self._run([state.shared], 1, BOOKING_UNBOOKED)
 
     def _prefill_once(self, state: _PointState, booking: Booking):
         point = state.point
@@ -275,6 +360,10 @@ class Collector:
                                               point.cached_prefix_tokens)
                    for _ in range(point.batch_size)]
         steps, outputs = self._run(prompts, 1, booking)
+        hits = tuple(int(o.num_cached_tokens or 0) for o in outputs)
+        if any(h < point.cached_prefix_tokens for h in hits):
+            raise CacheMiss(f"the {booking} run's cache hits {hits} fall short of the cached "
+                            f"prefix {point.cached_prefix_tokens} (evicted since its seed)")
         if len(steps) != 1:
             raise PointFailed(f"single_step policy: the {booking} run took {len(steps)} steps")
         return steps[0], outputs
@@ -317,6 +406,9 @@ class Collector:
             compat.set_synthetic_rates(llm, before)
 
     def _decode_prepare(self, point: DecodePoint) -> _PointState:
+        if self.pool is not None:
+            return _PointState(PHASE_DECODE, point, prompts=[
+                prompt[:point.context_tokens] for prompt in self.pool[:point.batch_size]])
         state = _PointState(PHASE_DECODE, point, prompts=[self._fresh(point.context_tokens)
                                                           for _ in range(point.batch_size)])
         self._decode_seed(state)
@@ -325,8 +417,9 @@ class Collector:
     def _decode_seed(self, state: _PointState) -> None:
         """Compute every prompt once (chunked as the budget needs), unbooked, so that the
         next run admits them all in one step from the prefix cache; again before each
-        round's measurement, since other points' runs may have evicted them."""
-        self._run(state.prompts, 1, BOOKING_UNBOOKED)
+        round's measurement without the pool, or when a run missed the cache."""
+        with self.breakdown.section("seed"):
+            self._run(state.prompts, 1, BOOKING_UNBOOKED)
 
     def _decode_once(self, state: _PointState, booking: Booking):
         """One run of the point's batch: step 1 admits it from the prefix cache, step 2 is
@@ -335,7 +428,12 @@ class Collector:
         point = state.point
         assert isinstance(point, DecodePoint)
         max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
-        steps, _ = self._run(state.prompts, max_tokens, booking)
+        steps, outputs = self._run(state.prompts, max_tokens, booking)
+        block = self.engine.block_size
+        hits = [int(o.num_cached_tokens or 0) for o in outputs]
+        if any(h < full_cache_hit(len(p), block) for h, p in zip(hits, state.prompts, strict=True)):
+            raise CacheMiss(f"the {booking} run's cache hits {hits} fall short of its prompts' "
+                            "cached blocks (evicted since their seed)")
         last = SETTLED_FIRST_STEP + SETTLED_STEPS - 1
         if len(steps) < last:
             raise PointFailed(f"settled_steps policy: the {booking} run took only {len(steps)} "
@@ -394,40 +492,45 @@ class Collector:
         def work():
             if ref.phase == PHASE_PREFILL:
                 state = self._prefill_prepare(point)
-                state.warmup = self._warm(lambda b: self._prefill_once(state, b))
+                state.warmup = self._warm(state, lambda b: self._prefill_once(state, b))
                 return state
             with self._acceptance(point):
                 state = self._decode_prepare(point)
-                state.warmup = self._warm(lambda b: self._decode_once(state, b))
+                state.warmup = self._warm(state, lambda b: self._decode_once(state, b))
             return state
-        return self._paused_gc(work)
+        with self.breakdown.section("warm-up"):
+            return self._paused_gc(work)
 
     def _measure(self, ref: PointRef, state: _PointState, round_index: int,
                  reseed: bool) -> list[Observation]:
         """One booked pass of the point (one work item: the point's next sample) and the
-        observations it retains. reseed: compute its prompts again first (rounds: other
-        points ran since). The GPU clock is read right before and right after the run."""
+        observations it retains. reseed: compute its prompts again first (rounds without
+        the pool: other points ran since; with it, only a run that missed the cache is
+        repeated). The GPU clock is read right before and right after the run."""
         repeat = len(state.seconds)
+        reseed = reseed and self.pool is None
+
+        def measured(once):
+            def run():
+                before = self.clock.read()
+                outcome = once(state, BOOKING_MEASURED)
+                return outcome, self.clock.since(before)
+            return self._seeded(state, run)
 
         def work():
+            if reseed:
+                self._seed(state)
             if ref.phase == PHASE_PREFILL:
-                if reseed:
-                    self._prefill_seed(state)
-                before = self.clock.read()
-                record, outputs = self._prefill_once(state, BOOKING_MEASURED)
-                clock = self.clock.since(before)
+                (record, outputs), clock = measured(self._prefill_once)
                 return [self._prefill_observation(ref.point_index, state, record, outputs,
                                                   clock, repeat, round_index)]
             assert isinstance(state.point, DecodePoint)
             with self._acceptance(state.point):
-                if reseed:
-                    self._decode_seed(state)
-                before = self.clock.read()
-                _, steps = self._decode_once(state, BOOKING_MEASURED)
-                clock = self.clock.since(before)
+                (_, steps), clock = measured(self._decode_once)
             return self._decode_observations(ref.point_index, state, steps, clock, repeat,
                                              round_index)
-        observations = self._paused_gc(work)
+        with self.breakdown.section("measure"):
+            observations = self._paused_gc(work)
         state.seconds.append(Sample(repeat, round_index, tuple(observations)).seconds)
         return observations
 
@@ -448,7 +551,10 @@ class Collector:
         self._started = time.perf_counter()
         self.clock = open_clock(self.engine.device)
         self.observer = NativeObserver(self.engine.llm, timer_for(self.engine.device)).attach()
+        self.breakdown = result.breakdown
         try:
+            with self.breakdown.section("pool"):
+                self._seed_pool(grid)
             if self.rounds:
                 self._collect_rounds(points)
             else:
@@ -502,7 +608,12 @@ class Collector:
         self.on_point(self._result)
 
     def _canary(self):
-        return measure_canary(self.engine.device)
+        with self.breakdown.section("canary"):
+            return measure_canary(self.engine.device)
+
+    def on_point(self, result: CollectionResult) -> None:
+        with self.breakdown.section("checkpoint"):
+            self._on_point(result)
 
     def _collect_back_to_back(self, points: dict) -> None:
         """Each point warmed up, then its repeats one after the other: one round, in grid

@@ -372,6 +372,18 @@ def describe(run: CollectionRun) -> str:
             f"collection {a.elapsed_seconds:.1f} s{contended})")
 
 
+def describe_time(result: CollectionResult) -> str:
+    """Where the collection's wall time went, and its ratio to the retained steps' time."""
+    parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in
+                      sorted(result.breakdown.seconds.items(), key=lambda kv: -kv[1]))
+    reseeds = result.breakdown.counts.get("reseeds", 0)
+    ratio = (f"{result.elapsed_seconds / result.measured_seconds:.1f}"
+             if result.measured_seconds else "n/a")
+    return (f"collection {result.elapsed_seconds:.1f} s, retained steps "
+            f"{result.measured_seconds:.2f} s (wall : retained steps = {ratio}); {parts}; "
+            f"{reseeds} re-seed(s) after a cache miss")
+
+
 def _repeats(a: Artifact) -> str:
     """How the points were repeated, and how much the host's speed moved meanwhile."""
     policy = a.measurement_policy

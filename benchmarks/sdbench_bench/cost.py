@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+from pytest_sdbench.session import describe_time
+
 from .goals import COLLECTION_WALL, DUTY_CYCLE
 from .repeatability import collection_pair
 
@@ -22,6 +24,8 @@ def run(bench) -> None:
                         f"{result.timed_seconds / wall:.2f} (all timed steps) / "
                         f"{result.measured_seconds / wall:.3f} (retained steps only)",
                         (COLLECTION_WALL, wall), (DUTY_CYCLE, result.timed_seconds / wall))
+        # issue 35: where an item's time goes, and wall : retained steps (lower is better)
+        bench.table.row(f"collection wall time by section ({name})", describe_time(result))
 
 
 def suite_cost(bench, command: list[str]) -> None:

@@ -120,7 +120,7 @@ class SdbenchEngine(EngineSurface):
         """n prompt token ids from one stream per engine, so prompts never repeat on it."""
         self.check_usable()
         top = self.vocab_size
-        return [self.prompt_rng.randrange(FIRST_PROMPT_TOKEN, top) for _ in range(n)]
+        return self.prompt_rng.choices(range(FIRST_PROMPT_TOKEN, top), k=n)
 
     def generate(self, prompts: list[list[int]], sampling_params):
         """Serve the prompts under the step watchdog; anything raised out of the engine
