@@ -17,15 +17,17 @@ exactly the point's context. A point is thus limited by the KV capacity and max_
 not by one step's budget.
 
 The prompt pool: where POOL_CACHE_SHARE of the KV cache holds it, the prompts come from one
-pool of distinct prompts, seeded once: a decode point's B prompts are the first B pool
-prompts cut to its context, and a cached-prefix prefill point's shared prefix is pool
-prompt 0 cut to its prefix (+ the block EAGLE recomputes). Their blocks are the pool's
-blocks, already in the prefix cache, so a round seeds nothing while the cache holds them.
-Every run checks the cache hits the engine reports: a run whose admission missed (other
-runs evicted the blocks) is discarded, its prompts are computed again (only the missing
-blocks are) and the run is repeated; a second miss fails the point. Requests of one batch
-never share a block (distinct pool prompts), as before. Without the pool (it does not fit),
-each point has prompts of its own, seeded again before each round's measurement.
+pool of distinct prompts: a decode point's B prompts are the first B pool prompts cut to
+its context, and a cached-prefix prefill point's shared prefix is pool prompt 0 cut to its
+prefix (+ the block EAGLE recomputes). One unbooked run of the whole pool before the decode
+points of each pass (a pass runs its prefill points first, whose fresh prompts evict) makes
+its blocks the cache's newest, computing only what was evicted; the decode points then seed
+nothing. A cached-prefix prefill point computes its prefix again before each measurement,
+which costs one block while the cache holds it. Every run checks the cache hits the engine
+reports: a run whose admission missed is discarded, its prompts are computed again (only
+the missing blocks are) and the run is repeated; a second miss fails the point. Requests of
+one batch never share a block (distinct pool prompts), as before. Without the pool (it does
+not fit), each point has prompts of its own, seeded again before each round's measurement.
 
 The observer is attached for the collection and detached afterwards, whatever happens.
 Python's garbage collector is paused while a point is warmed up or measured (collected
@@ -98,9 +100,10 @@ from .wire.rounds import (
 )
 from .wire.shape import decode_mismatch, prefill_mismatch
 
-# The prompt pool is used where it takes at most this share of the KV cache's tokens (the
-# rest holds the runs' own tokens and the prefill points' fresh prompts).
-POOL_CACHE_SHARE = 0.5
+# The prompt pool is used where it takes at most this share of the KV cache's tokens; the
+# rest holds one run's own tokens (at most one step's budget, or a decode batch's growth).
+# qwen3-0.6b as served on the H200: 64 prompts x 9,204 tokens = 51% of 1,143,792.
+POOL_CACHE_SHARE = 0.6
 
 
 def full_cache_hit(prompt_tokens: int, block_size: int) -> int:
@@ -317,9 +320,9 @@ class Collector:
             self._seed(state)
             return run()
 
-    def _seed_pool(self, grid: Grid) -> None:
-        """The prompt pool (module docstring), seeded once by one unbooked run, where
-        POOL_CACHE_SHARE of the KV cache holds it; else None (points seed their own)."""
+    def _make_pool(self, grid: Grid) -> None:
+        """The prompt pool (module docstring) where POOL_CACHE_SHARE of the KV cache holds
+        it; else None (points seed their own prompts). Seeded by _touch_pool."""
         block = self.engine.block_size
         prefixes = [p.cached_prefix_tokens + block for p in grid.prefill
                     if p.cached_prefix_tokens]
@@ -329,8 +332,14 @@ class Collector:
             self.pool = None
             return
         self.pool = [self._fresh(length) for _ in range(width)]
-        with self.breakdown.section("seed pool"):
-            self._run(self.pool, 1, BOOKING_UNBOOKED)
+
+    def _touch_pool(self) -> None:
+        """Before the decode points of a pass: one unbooked run of the whole pool, which
+        computes what the prefill points' fresh prompts evicted of it (only that: the rest
+        is a cache hit) and makes it the cache's most recently used."""
+        if self.pool is not None:
+            with self.breakdown.section("seed pool"):
+                self._run(self.pool, 1, BOOKING_UNBOOKED)
 
     # ---- prefill ------------------------------------------------------------------------
     def _prefill_prepare(self, point: PrefillPoint) -> _PointState:
@@ -340,17 +349,16 @@ class Collector:
         # is recomputed as the first of the point's new tokens.
         length = (point.cached_prefix_tokens + self.engine.block_size
                   if point.cached_prefix_tokens else 0)
-        if self.pool is not None:
-            return _PointState(PHASE_PREFILL, point, shared=self.pool[0][:length])
-        state = _PointState(PHASE_PREFILL, point, shared=self._fresh(length))
+        shared = self.pool[0][:length] if self.pool is not None else self._fresh(length)
+        state = _PointState(PHASE_PREFILL, point, shared=shared)
         self._prefill_seed(state)
         return state
 
     def _prefill_seed(self, state: _PointState) -> None:
         """(Re)compute the shared prefix, unbooked: other points' runs may have evicted it
-        from the prefix cache since it was last used."""
+        from the prefix cache since it was last used (a hit computes one block)."""
         if state.shared:
-            with self.breakdown.section("seed"):
+            with self.breakdown.section("seed prefix"):
                 self._run([state.shared], 1, BOOKING_UNBOOKED)
 
     def _prefill_once(self, state: _PointState, booking: Booking):
@@ -418,7 +426,7 @@ class Collector:
         """Compute every prompt once (chunked as the budget needs), unbooked, so that the
         next run admits them all in one step from the prefix cache; again before each
         round's measurement without the pool, or when a run missed the cache."""
-        with self.breakdown.section("seed"):
+        with self.breakdown.section("seed decode"):
             self._run(state.prompts, 1, BOOKING_UNBOOKED)
 
     def _decode_once(self, state: _PointState, booking: Booking):
@@ -508,7 +516,7 @@ class Collector:
         the pool: other points ran since; with it, only a run that missed the cache is
         repeated). The GPU clock is read right before and right after the run."""
         repeat = len(state.seconds)
-        reseed = reseed and self.pool is None
+        reseed = reseed and (self.pool is None or ref.phase == PHASE_PREFILL)
 
         def measured(once):
             def run():
@@ -553,8 +561,7 @@ class Collector:
         self.observer = NativeObserver(self.engine.llm, timer_for(self.engine.device)).attach()
         self.breakdown = result.breakdown
         try:
-            with self.breakdown.section("pool"):
-                self._seed_pool(grid)
+            self._make_pool(grid)
             if self.rounds:
                 self._collect_rounds(points)
             else:
@@ -615,13 +622,23 @@ class Collector:
         with self.breakdown.section("checkpoint"):
             self._on_point(result)
 
+    def _touching(self, order):
+        """The pass's points in order, the pool touched before its first decode point (a
+        pass runs its prefill points first: their fresh prompts evict the pool's blocks)."""
+        touched = False
+        for ref in order:
+            if ref.phase == PHASE_DECODE and not touched:
+                self._touch_pool()
+                touched = True
+            yield ref
+
     def _collect_back_to_back(self, points: dict) -> None:
         """Each point warmed up, then its repeats one after the other: one round, in grid
         order, bracketed by the canary."""
         self._total = len(points) * (1 + self.repeats)
         order = tuple(sorted(points))
         current = self._result.begin_round(0, order, self._canary())
-        for ref in order:
+        for ref in self._touching(order):
             label = f"{ref.phase}[{ref.point_index}] {_label(points[ref])}"
             self._step(f"warm-up {label}")
             try:
@@ -642,7 +659,7 @@ class Collector:
         fixed, until = self.repeats, self.until_pinned
         self._total = len(points) * (1 + fixed)
         states: dict[PointRef, _PointState] = {}
-        for ref in sorted(points):
+        for ref in self._touching(sorted(points)):
             self._step(f"warm-up {ref.phase}[{ref.point_index}] {_label(points[ref])}")
             try:
                 states[ref] = self._prepare(ref, points[ref])
@@ -660,7 +677,7 @@ class Collector:
             if index >= fixed:
                 self._total += len(order)
             current = self._result.begin_round(index, order, self._canary())
-            for ref in order:
+            for ref in self._touching(order):
                 self._step(f"round {index + 1}{'' if until else f'/{fixed}'} "
                            f"{ref.phase}[{ref.point_index}] {_label(points[ref])}")
                 try:

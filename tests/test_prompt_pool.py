@@ -1,8 +1,8 @@
-"""The prompt pool on the real vLLM engine (CPU in CI): a collection seeds one pool of
-prompts once, its points draw their prompts from it, and a round seeds nothing while the
-prefix cache holds them; a run whose admission missed the cache (here the engine's own
-prefix cache emptied between samples) is discarded, its prompts are computed again and the
-run repeated, and every retained row is still exact."""
+"""The prompt pool on the real vLLM engine (CPU in CI): the decode points draw their prompts
+from one pool, computed once a pass before them, and seed nothing of their own while the
+prefix cache holds it; a run whose admission missed the cache (here the engine's own prefix
+cache emptied between samples) is discarded, its prompts are computed again and the run
+repeated, and every retained row is still exact."""
 
 import pytest
 
@@ -42,14 +42,16 @@ def _exact(run) -> None:
     assert run.artifact.coverage.completed == run.artifact.coverage.expected
 
 
-def test_the_pool_is_seeded_once_and_a_round_seeds_nothing_while_the_cache_holds_it(
+def test_decode_points_share_the_pool_and_seed_nothing_while_the_cache_holds_it(
         sdbench_engine, pool_grid, tmp_path):
     run = _collect(sdbench_engine, pool_grid, tmp_path)
     counts = run.result.breakdown.counts
-    # one pool seed for the whole collection: no point seeds its own prompts, in the
-    # warm-up pass or in any round, and no run missed the cache
-    assert counts.get("seed pool") == 1
-    assert counts.get("seed", 0) == 0
+    # one pool run a pass (the warm-up pass and each round), none a decode point; the
+    # cached-prefix prefill point computes its prefix before each of its passes (one block
+    # while cached); no run missed the cache
+    assert counts.get("seed pool") == 1 + ROUNDS
+    assert counts.get("seed decode", 0) == 0
+    assert counts.get("seed prefix") == 1 + ROUNDS
     assert counts.get("reseeds", 0) == 0
     _exact(run)
     # the cached-prefix prefill point was served its whole prefix from the pool's blocks
@@ -73,11 +75,10 @@ def test_a_run_that_missed_the_emptied_cache_is_seeded_again_and_stays_exact(
     monkeypatch.setattr(session.Checkpoint, "on_point", emptying)
     run = _collect(sdbench_engine, pool_grid, tmp_path)
     counts = run.result.breakdown.counts
-    # every round's cached-prefix prefill point and both decode points found the cache
-    # empty (the no-prefix prefill point seeds nothing): one re-seed each, none failed
-    per_round = 1 + len(pool_grid.decode)
-    assert counts.get("reseeds", 0) >= ROUNDS * per_round - 1
-    assert counts.get("seed", 0) == counts["reseeds"]
+    # the cache was emptied after every sample, so each round's decode point that did not
+    # follow the pool's run found it empty: re-seeded (its own prompts), none failed
+    assert counts.get("reseeds", 0) >= ROUNDS * (len(pool_grid.decode) - 1)
+    assert counts.get("seed decode", 0) == counts["reseeds"]
     assert emptied
     _exact(run)
 
