@@ -14,20 +14,8 @@ Decode points are seeded: an unbooked run computes the point's prompts (chunked 
 many steps as the engine's token budget needs), so that the measured run of the same
 prompts is admitted in one step from the prefix cache and reaches the settled steps with
 exactly the point's context. A point is thus limited by the KV capacity and max_num_seqs,
-not by one step's budget.
-
-The prompt pool: where POOL_CACHE_SHARE of the KV cache holds it, the prompts come from one
-pool of distinct prompts: a decode point's B prompts are the first B pool prompts cut to
-its context, and a cached-prefix prefill point's shared prefix is pool prompt 0 cut to its
-prefix (+ the block EAGLE recomputes). One unbooked run of the whole pool before the decode
-points of each pass (a pass runs its prefill points first, whose fresh prompts evict) makes
-its blocks the cache's newest, computing only what was evicted; the decode points then seed
-nothing. A cached-prefix prefill point computes its prefix again before each measurement,
-which costs one block while the cache holds it. Every run checks the cache hits the engine
-reports: a run whose admission missed is discarded, its prompts are computed again (only
-the missing blocks are) and the run is repeated; a second miss fails the point. Requests of
-one batch never share a block (distinct pool prompts), as before. Without the pool (it does
-not fit), each point has prompts of its own, seeded again before each round's measurement.
+not by one step's budget. Where the KV cache holds them, the prompts come from one pool
+(prompt_pool.py), and a run whose admission missed the cache is re-seeded and repeated.
 
 The observer is attached for the collection and detached afterwards, whatever happens.
 Python's garbage collector is paused while a point is warmed up or measured (collected
@@ -45,17 +33,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+from .collection import CacheMiss, CollectionResult, PointFailed, check_grid_fits, settled
 from .engine import compat, ranks
 from .engine.canary import measure_canary
 from .engine.clock import ClockReader, NoClock, open_clock
-from .engine.surface import Engine, InProcessEngine
+from .engine.surface import InProcessEngine
 from .observer.observer import NativeObserver, TimingMissing
 from .observer.timing import timer_for
+from .prompt_pool import PromptPool, TimeBreakdown, missed_the_cache
 from .wire.contract import (
     BOOKING_MEASURED,
     BOOKING_UNBOOKED,
     BOOKING_WARMUP,
-    DEFAULT_ORDER_SEED,
     GENERATION_SAMPLING,
     GRAPH_EAGER,
     GRAPH_MODES,
@@ -72,12 +61,9 @@ from .wire.contract import (
     STEADY_STEP_INDEX,
     TIMER_FOR_SOURCE,
     WARMUP_MAX_PASSES,
-    WARMUP_MIN_PASSES,
-    WARMUP_TOLERANCE,
     Booking,
     Device,
     GraphMode,
-    RepeatOrder,
 )
 from .wire.model import (
     DecodeObservation,
@@ -86,128 +72,22 @@ from .wire.model import (
     SkippedPoint,
     utc_now,
 )
-from .wire.points import DecodePoint, Grid, GridError, PrefillPoint, decode_max_tokens, fit_errors
+from .wire.points import DecodePoint, Grid, PrefillPoint, decode_max_tokens
 from .wire.records import Provenance
 from .wire.rounds import (
-    CanarySample,
     PointRef,
     RepeatPlan,
-    Round,
     Sample,
-    UntilPinned,
     needs_another_round,
     round_order,
 )
 from .wire.shape import decode_mismatch, prefill_mismatch
-
-# The prompt pool is used where it takes at most this share of the KV cache's tokens; the
-# rest holds one run's own tokens (at most one step's budget, or a decode batch's growth).
-# qwen3-0.6b as served on the H200: 64 prompts x 9,204 tokens = 51% of 1,143,792.
-POOL_CACHE_SHARE = 0.6
-
-
-def full_cache_hit(prompt_tokens: int, block_size: int) -> int:
-    """Tokens vLLM serves from the prefix cache for a prompt whose every full block is
-    cached, with EAGLE: at most prompt - 1 tokens (one is computed for its logits), in whole
-    blocks, less the last matched block, which EAGLE recomputes for the draft's hidden
-    states (vLLM's single_type_kv_cache_manager)."""
-    return max(((prompt_tokens - 1) // block_size - 1) * block_size, 0)
-
-
-@dataclass
-class TimeBreakdown:
-    """Where a collection's wall time went (host perf_counter seconds, by section)."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    @contextmanager
-    def section(self, name: str):
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
-            self.counts[name] = self.counts.get(name, 0) + 1
-
-    def count(self, name: str) -> None:
-        self.counts[name] = self.counts.get(name, 0) + 1
-
-
-@dataclass
-class CollectionResult:
-    mode: str
-    grid: Grid
-    repeats: int = 1
-    repeat_order: RepeatOrder = REPEAT_ROUNDS
-    order_seed: int | None = DEFAULT_ORDER_SEED
-    until_pinned: UntilPinned | None = None
-    prefill: list[PrefillObservation] = field(default_factory=list)
-    decode: list[DecodeObservation] = field(default_factory=list)
-    skipped: list[SkippedPoint] = field(default_factory=list)
-    rounds: list[Round] = field(default_factory=list)   # the last one may be in progress
-    sampling: dict = field(default_factory=dict)
-    started_at: str = ""
-    elapsed_seconds: float = 0.0
-    measured_seconds: float = 0.0      # retained steps
-    timed_seconds: float = 0.0         # every timed step: seeds, warm-ups, measured runs
-    breakdown: TimeBreakdown = field(default_factory=TimeBreakdown)   # host wall, by section
-
-    @property
-    def completed(self) -> int:
-        """Points with retained observations."""
-        return len({o.point_index for o in self.prefill}) + \
-            len({o.point_index for o in self.decode})
-
-    def begin_round(self, index: int, order: tuple[PointRef, ...],
-                    canary: CanarySample) -> int:
-        """Record a round about to run (its closing canary reading still missing)."""
-        self.rounds.append(Round(index=index, order=order, canary_before=canary,
-                                 canary_after=None))
-        return len(self.rounds) - 1
-
-    def end_round(self, position: int, canary: CanarySample) -> None:
-        self.rounds[position] = replace(self.rounds[position], canary_after=canary)
-
-
-class PointFailed(RuntimeError):
-    """A point whose retained step could not be identified exactly."""
-
-
-class CacheMiss(PointFailed):
-    """A run's admission missed the prefix cache: its prompts were evicted since their seed.
-    The run is discarded (never retained); a second miss in a row fails the point."""
 
 
 def sampling_params(max_tokens: int):
     """The run's generation sampling parameters; every request of a collection uses them."""
     from vllm import SamplingParams
     return SamplingParams(max_tokens=max_tokens, **GENERATION_SAMPLING)
-
-
-def check_grid_fits(grid: Grid, engine: Engine, decode_tokens: int | None = None) -> None:
-    """Reject, before anything runs, points this engine cannot run exactly: the fit rules of
-    the wire format (the validator re-applies them on read), and a decode point's K and
-    requested AL must be the engine's."""
-    errors = fit_errors(grid, engine.limits, decode_tokens)
-    synthetic = engine.spec.synthetic_acceptance_length is not None
-    for i, d in enumerate(grid.decode):
-        where = f"decode[{i}]"
-        if d.draft_depth != engine.spec.draft_depth:
-            errors.append(f"{where}.draft_depth: the engine verifies K={engine.spec.draft_depth} "
-                          f"drafts per step, got {d.draft_depth}")
-        if synthetic != (d.acceptance_length is not None):
-            errors.append(f"{where}.acceptance_length: the engine's acceptance is "
-                          f"{engine.acceptance_control}, so it must be "
-                          f"{'a number' if synthetic else 'null'}, got {d.acceptance_length}")
-    if errors:
-        raise GridError("grid does not fit the engine: " + "; ".join(errors))
-
-
-def settled(times: list[float], tolerance: float = WARMUP_TOLERANCE,
-            min_passes: int = WARMUP_MIN_PASSES) -> bool:
-    """The warm-up rule: at least min_passes passes, and the last within `tolerance` of the
-    one before it."""
-    return len(times) >= min_passes and abs(times[-1] / times[-2] - 1.0) <= tolerance
 
 
 class Collector:
@@ -224,7 +104,7 @@ class Collector:
         self.progress = progress or (lambda done, total, label: None)
         self._on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
         self.observer: NativeObserver | None = None
-        self.pool: list[list[int]] | None = None    # the prompt pool (None: it does not fit)
+        self.pool: PromptPool | None = None    # None: the pool does not fit the cache
         self.breakdown = TimeBreakdown()
         self.clock: ClockReader | NoClock = NoClock()
         self.timed_seconds = 0.0
@@ -310,6 +190,11 @@ class Collector:
         else:
             self._decode_seed(state)
 
+    def _touch_pool(self) -> None:
+        if self.pool is not None:
+            with self.breakdown.section("seed pool"):
+                self._run(self.pool.prompts, 1, BOOKING_UNBOOKED)
+
     def _seeded(self, state: _PointState, run):
         """run(), repeated once after computing the point's prompts again if its admission
         missed the prefix cache (the missed run is discarded); a second miss fails."""
@@ -320,26 +205,6 @@ class Collector:
             self._seed(state)
             return run()
 
-    def _make_pool(self, grid: Grid) -> None:
-        """The prompt pool (module docstring) where POOL_CACHE_SHARE of the KV cache holds
-        it; else None (points seed their own prompts). Seeded by _touch_pool."""
-        block = self.engine.block_size
-        prefixes = [p.cached_prefix_tokens + block for p in grid.prefill
-                    if p.cached_prefix_tokens]
-        width = max([d.batch_size for d in grid.decode] + [1 for _ in prefixes[:1]], default=0)
-        length = max([d.context_tokens for d in grid.decode] + prefixes, default=0)
-        if not width or width * length > POOL_CACHE_SHARE * self.engine.kv_capacity.tokens:
-            self.pool = None
-            return
-        self.pool = [self._fresh(length) for _ in range(width)]
-
-    def _touch_pool(self) -> None:
-        """Before the decode points of a pass: one unbooked run of the whole pool, which
-        computes what the prefill points' fresh prompts evicted of it (only that: the rest
-        is a cache hit) and makes it the cache's most recently used."""
-        if self.pool is not None:
-            with self.breakdown.section("seed pool"):
-                self._run(self.pool, 1, BOOKING_UNBOOKED)
 
     # ---- prefill ------------------------------------------------------------------------
     def _prefill_prepare(self, point: PrefillPoint) -> _PointState:
@@ -349,7 +214,7 @@ class Collector:
         # is recomputed as the first of the point's new tokens.
         length = (point.cached_prefix_tokens + self.engine.block_size
                   if point.cached_prefix_tokens else 0)
-        shared = self.pool[0][:length] if self.pool is not None else self._fresh(length)
+        shared = self.pool.prefix(length) if self.pool is not None else self._fresh(length)
         state = _PointState(PHASE_PREFILL, point, shared=shared)
         self._prefill_seed(state)
         return state
@@ -415,8 +280,8 @@ class Collector:
 
     def _decode_prepare(self, point: DecodePoint) -> _PointState:
         if self.pool is not None:
-            return _PointState(PHASE_DECODE, point, prompts=[
-                prompt[:point.context_tokens] for prompt in self.pool[:point.batch_size]])
+            return _PointState(PHASE_DECODE, point, prompts=self.pool.batch(
+                point.batch_size, point.context_tokens))
         state = _PointState(PHASE_DECODE, point, prompts=[self._fresh(point.context_tokens)
                                                           for _ in range(point.batch_size)])
         self._decode_seed(state)
@@ -437,9 +302,8 @@ class Collector:
         assert isinstance(point, DecodePoint)
         max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
         steps, outputs = self._run(state.prompts, max_tokens, booking)
-        block = self.engine.block_size
         hits = [int(o.num_cached_tokens or 0) for o in outputs]
-        if any(h < full_cache_hit(len(p), block) for h, p in zip(hits, state.prompts, strict=True)):
+        if missed_the_cache(hits, state.prompts, self.engine.block_size):
             raise CacheMiss(f"the {booking} run's cache hits {hits} fall short of its prompts' "
                             "cached blocks (evicted since their seed)")
         last = SETTLED_FIRST_STEP + SETTLED_STEPS - 1
@@ -561,7 +425,8 @@ class Collector:
         self.observer = NativeObserver(self.engine.llm, timer_for(self.engine.device)).attach()
         self.breakdown = result.breakdown
         try:
-            self._make_pool(grid)
+            self.pool = PromptPool.fitting(grid, self.engine.block_size,
+                                           self.engine.kv_capacity.tokens, self._fresh)
             if self.rounds:
                 self._collect_rounds(points)
             else:

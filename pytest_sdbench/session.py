@@ -23,7 +23,8 @@ from .artifact.build import build_artifact
 from .artifact.store import write_artifact
 from .artifact.sweep import k_label
 from .artifact.validate.report import Report, validate_data
-from .collector import CollectionResult, Collector, check_grid_fits
+from .collection import CollectionResult, check_grid_fits
+from .collector import Collector
 from .engine import ranks
 from .engine.restoration import restoration_violations
 from .engine.surface import Engine, InProcessEngine, describe_failure, in_process

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_sdbench import session
 from pytest_sdbench.artifact.validate.report import validate_data
-from pytest_sdbench.collector import full_cache_hit
+from pytest_sdbench.prompt_pool import full_cache_hit
 from pytest_sdbench.testing import observation_violations
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.points import parse_grid

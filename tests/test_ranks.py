@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench.collector import Collector, PointFailed
+from pytest_sdbench.collection import PointFailed
+from pytest_sdbench.collector import Collector
 from pytest_sdbench.engine import compat, ranks
 from pytest_sdbench.engine.ranks import (
     RankDisagreement,

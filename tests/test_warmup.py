@@ -1,10 +1,11 @@
-"""The warm-up rule (collector.settled) and the passes it drives (Collector._warm), on a
+"""The warm-up rule (collection.settled) and the passes it drives (Collector._warm), on a
 fake run_once that returns steps of given times: pure logic, no engine. (How rounds follow
 the warm-up runs on the real engine: tests/test_collection.py.)"""
 
 from types import SimpleNamespace as NS
 
-from pytest_sdbench.collector import Collector, settled
+from pytest_sdbench.collection import settled
+from pytest_sdbench.collector import Collector
 from pytest_sdbench.wire.contract import (
     BOOKING_WARMUP,
     WARMUP_MAX_PASSES,
@@ -32,7 +33,7 @@ class FakeRuns:
 
 def _warm(warmup_seconds: list[float]):
     runs = FakeRuns(warmup_seconds)
-    warmup = Collector(engine=None)._warm(runs)
+    warmup = Collector(engine=None)._warm(None, runs)
     return runs, warmup
 
 
