@@ -343,6 +343,7 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
     env = child_env()
     say(f"starting `vllm serve {model}` on port {port} (log: {out / 'server.log'}) ...")
     server = Server(command, out / "server.log", env)
+    manifest["server"]["pid"] = server.process.pid
     try:
         with terminated_as_interrupt():
             seconds = server.wait_healthy(f"http://{HOST}:{port}/health", health_timeout)
