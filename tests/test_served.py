@@ -173,7 +173,8 @@ def test_sdbench_serve_leaves_vllms_own_results_and_a_manifest(served):
     assert manifest["settings"]["pinned_from_profile"]["max_num_seqs"] == 16
     assert manifest["server"]["healthy_after_seconds"] > 0
     # the server and its engine core are gone
-    assert manifest["server"]["exit_status"] is not None
+    assert manifest["server"]["exit_status"] == 0     # stopped cleanly by SIGTERM
+    assert manifest["server"]["processes_left"] is False
     with pytest.raises(ProcessLookupError):
         os.killpg(manifest["server"]["pid"], 0)
     assert [r["rate"] for r in manifest["runs"]] == [float(r) for r in RATES]

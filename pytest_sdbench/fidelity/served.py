@@ -238,8 +238,25 @@ def versions() -> dict[str, str | None]:
 
 # ---- running it ---------------------------------------------------------------------------
 
+def group_gone(pgid: int, timeout: float) -> bool:
+    """Whether no process of the group is left (a killed one takes a moment to go)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
 class Server:
     """`vllm serve` in a session of its own, its output in a log file."""
+
+    group_left = False
 
     def __init__(self, command: list[str], log: Path, env: dict[str, str]):
         self.command = command
@@ -286,6 +303,7 @@ class Server:
                 os.killpg(self.process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=10)
+            self.group_left = not group_gone(self.process.pid, timeout=10)
             return self.process.returncode
         finally:
             self._log.close()
@@ -385,6 +403,9 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
     finally:
         say("stopping the server ...")
         manifest["server"]["exit_status"] = server.stop()
+        manifest["server"]["processes_left"] = server.group_left
+        if server.group_left:
+            say(f"a process of the server's group {server.process.pid} outlived SIGKILL")
         manifest["finished"] = utc_now()
         write_manifest(out, manifest)
     return manifest
