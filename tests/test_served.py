@@ -222,3 +222,20 @@ def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(serve
     assert "TTFT median" in md
     assert "step gap" in md
     assert [line for line in _said(compared) if "AISimulate not run" in line]
+
+
+def test_the_server_is_stopped_with_its_whole_process_group(tmp_path):
+    """No process of the server outlives the command: its group gets SIGTERM, then SIGKILL
+    (here a child that ignores SIGTERM), and the stop waits until the group is gone."""
+    from pytest_sdbench.fidelity.served import Server, ServingFailed, free_port, group_gone
+    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('child up', flush=True); time.sleep(120)")
+    parent = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+              f"{stubborn!r}]); time.sleep(120)")
+    server = Server([sys.executable, "-c", parent], tmp_path / "server.log", dict(os.environ))
+    with pytest.raises(ServingFailed, match="was not healthy at .* within 1 s"):
+        server.wait_healthy(f"http://127.0.0.1:{free_port()}/health", timeout=1)
+    server.stop(grace=1)
+    assert server.group_left is False
+    assert group_gone(server.process.pid, timeout=0)
+    assert "child up" in (tmp_path / "server.log").read_text()
