@@ -233,7 +233,7 @@ def test_the_server_is_stopped_with_its_whole_process_group(tmp_path):
     parent = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
               f"{stubborn!r}]); time.sleep(120)")
     server = Server([sys.executable, "-c", parent], tmp_path / "server.log", dict(os.environ))
-    with pytest.raises(ServingFailed, match="was not healthy at .* within 1 s"):
+    with pytest.raises(ServingFailed, match=r"was not healthy at .* within 1 s"):
         server.wait_healthy(f"http://127.0.0.1:{free_port()}/health", timeout=1)
     server.stop(grace=1)
     assert server.group_left is False
