@@ -9,6 +9,7 @@
     sdbench plot     [ARTIFACT ...] [--compare BASELINE CANDIDATE] [--out DIR]  (matplotlib)
     sdbench export   ARTIFACT... --to aisimulate --out DIR   exit 0 written, 1 refused, 2 unusable
     sdbench fidelity PROFILE [--rate RPS ...] [--out DIR] | --report DIR   exit 0 reported
+    sdbench fidelity PROFILE --served DIR [--consumer-python PY]   served vs AISimulate
     sdbench serve    PROFILE --rate R [--rate R2] --num-prompts N --input-len I --output-len O
                      --out DIR   (`vllm serve` + `vllm bench serve`)   exit 0 served
 
