@@ -9,6 +9,9 @@
     sdbench plot     [ARTIFACT ...] [--compare BASELINE CANDIDATE] [--out DIR]  (matplotlib)
     sdbench export   ARTIFACT... --to aisimulate --out DIR   exit 0 written, 1 refused, 2 unusable
     sdbench fidelity PROFILE [--rate RPS ...] [--out DIR] | --report DIR   exit 0 reported
+    sdbench fidelity PROFILE --served DIR [--consumer-python PY]   served vs AISimulate
+    sdbench serve    PROFILE --rate R [--rate R2] --num-prompts N --input-len I --output-len O
+                     --out DIR   (`vllm serve` + `vllm bench serve`)   exit 0 served
 
 Every command refuses what it cannot use in one line with exit 2 (an unwritable output
 folder included), before it starts an engine or writes anything.
@@ -111,6 +114,26 @@ def _parser() -> argparse.ArgumentParser:
     add_fidelity_arguments(sub.add_parser(
         "fidelity", help="serve a held-out workload on an engine configured as the "
         "profile's; report how well the profile (ours, AISimulate's loader) predicted it"))
+    sv = sub.add_parser("serve", help="serve as users run it: `vllm serve` with the profile's "
+                        "engine settings, driven by `vllm bench serve` (random dataset, "
+                        "Poisson arrivals) at each rate; vLLM's result files and a manifest")
+    sv.add_argument("profile", metavar="PROFILE", help="an artifact collected on this device")
+    sv.add_argument("--rate", type=float, action="append", required=True, metavar="R",
+                    help="Poisson arrivals at R requests a second; repeat for another run on "
+                    "the same server")
+    sv.add_argument("--num-prompts", type=int, required=True, metavar="N",
+                    help="requests a run")
+    sv.add_argument("--input-len", type=int, required=True, metavar="I",
+                    help="prompt tokens of every request")
+    sv.add_argument("--output-len", type=int, required=True, metavar="O",
+                    help="output tokens of every request (EOS ignored)")
+    sv.add_argument("--seed", type=int, default=0, help="the client's seed (default 0)")
+    sv.add_argument("--out", required=True, metavar="DIR",
+                    help="folder for served-rate-R.json, the logs and served-manifest.json")
+    sv.add_argument("--port", type=int, metavar="P", help="the server's port on 127.0.0.1 "
+                    "(default: a free one)")
+    sv.add_argument("--health-timeout", type=float, default=900.0, metavar="S",
+                    help="seconds the server may take to become healthy (default 900)")
     x = sub.add_parser("crosscheck", help="measure vLLM alone (no observer, its own "
                        "multiprocess engine core) at the profile's decode points, with the "
                        "profile's engine settings; report profile/vLLM per point")
@@ -138,7 +161,7 @@ def main(argv=None) -> int:
         return {"collect": cmd_collect, "validate": cmd_validate, "show": cmd_show,
                 "compare": cmd_compare, "plot": cmd_plot,
                 "export": cmd_export, "fidelity": cmd_fidelity,
-                "crosscheck": cmd_crosscheck}[args.command](args)
+                "crosscheck": cmd_crosscheck, "serve": cmd_serve}[args.command](args)
     except KeyboardInterrupt:   # what was measured is saved (and said) where it was taken
         _err("sdbench: interrupted")
         return EXIT_INTERRUPTED
@@ -566,6 +589,57 @@ def cmd_crosscheck(args) -> int:
     print(table(report))
     for path in write(report, out, plots=not args.no_plots):
         _err(f"sdbench crosscheck: wrote {path}")
+    return EXIT_OK
+
+
+def cmd_serve(args) -> int:
+    from pathlib import Path
+
+    from .fidelity.match import ProfileUnusable, check_device, read_profile
+    from .fidelity.served import (
+        MANIFEST_FILE,
+        ServedOptions,
+        ServedUnusable,
+        ServingFailed,
+        check_options,
+        serve,
+        server_kwargs,
+    )
+    from .inputs import check_vllm_installed
+    from .options import InputError
+    from .vram import cuda_available
+    profile, out = Path(args.profile), Path(args.out)
+    options = ServedOptions(rates=tuple(args.rate), num_prompts=args.num_prompts,
+                            input_len=args.input_len, output_len=args.output_len,
+                            seed=args.seed, port=args.port)
+    try:   # everything checkable before a server starts
+        if not args.health_timeout > 0:
+            raise ServedUnusable(f"--health-timeout: must be > 0 seconds, got "
+                                 f"{args.health_timeout:g}")
+        check_vllm_installed()
+        artifact = read_profile(profile)
+        check_device(artifact, cuda_available())
+        check_options(options, artifact)
+        resolved = server_kwargs(artifact)
+        problem = out_dir_problem(out)
+        if problem:
+            raise InputError(f"--out: {problem}")
+        if (out / MANIFEST_FILE).exists():
+            raise InputError(f"--out: {out} already holds a served run ({MANIFEST_FILE}); "
+                             "give another folder")
+    except (InputError, ProfileUnusable, ServedUnusable, ValueError) as exc:
+        _err(f"sdbench serve: {exc}")
+        return EXIT_UNUSABLE
+    try:
+        manifest = serve(profile, artifact, options, out,
+                         say=lambda line: _err(f"sdbench serve: {line}"),
+                         health_timeout=args.health_timeout, resolved=resolved)
+    except ServingFailed as exc:
+        _err(f"sdbench serve: {exc}")
+        return EXIT_INVALID
+    for run in manifest["runs"]:
+        print(f"rate {run['rate']:g}: {out / run['result']}")
+    print(f"wrote {out / MANIFEST_FILE}")
     return EXIT_OK
 
 

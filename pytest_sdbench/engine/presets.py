@@ -4,6 +4,14 @@ written as config.json files and loaded with dummy weights. No hub access, ever.
 The draft shares the target's embedding and LM head under load_format="dummy", so hidden size,
 head shape and vocabulary stay equal to the target's. The three aux layers are named
 explicitly: a few-layer target makes vLLM's default (2, n//2, n-3) collapse to two ids.
+
+The target folder also holds a word-level tokenizer over the preset's vocabulary (HF
+`tokenizers` WordLevel, whitespace split, written here as its JSON, no library needed), so
+that `vllm serve TARGET` and `vllm bench serve --dataset-name random --tokenizer TARGET` run
+with no download: id i is the word "t<i>" and ids 0-2 are the unk, bos and eos tokens (the
+config's bos and eos ids), whose text is no prefix or substring of another token. A random
+id decodes to one word and that word encodes back to the one id. Engines that start with
+skip_tokenizer_init never read it.
 """
 
 from __future__ import annotations
@@ -116,13 +124,55 @@ def config_texts() -> dict[str, tuple[str, str]]:
 def _write_json(path: Path, data: dict) -> None:
     """Atomically: pytest-xdist workers may write the same preset at the same moment (same
     content; the last rename wins)."""
-    text = config_text(data)
+    _write_text(path, config_text(data))
+
+
+def _write_text(path: Path, text: str) -> None:
     if not path.exists() or path.read_text() != text:
         atomic_write_text(path, text)
 
 
+# The tokenizer's special tokens, by id (bos and eos as in Preset.common). Their text holds
+# no "t<digits>" word and no word holds theirs.
+UNK_TOKEN, BOS_TOKEN, EOS_TOKEN = "<unk>", "<s>", "</s>"
+SPECIAL_TOKENS = (UNK_TOKEN, BOS_TOKEN, EOS_TOKEN)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def token_text(token_id: int) -> str:
+    """The word of a preset tokenizer's id (ids 0-2: the special tokens)."""
+    return SPECIAL_TOKENS[token_id] if token_id < len(SPECIAL_TOKENS) else f"t{token_id}"
+
+
+def tokenizer_files(preset: Preset) -> dict[str, str]:
+    """The text of each tokenizer file for the preset: tokenizer.json (WordLevel model,
+    Whitespace pre-tokenizer, no normalizer, no post-processor: nothing is added to a
+    prompt, so a prompt of N words is N tokens; no decoder: tokens are joined by spaces),
+    tokenizer_config.json (PreTrainedTokenizerFast, for transformers.AutoTokenizer) and
+    special_tokens_map.json."""
+    vocab = {token_text(i): i for i in range(preset.vocab_size)}
+    added = [{"id": i, "content": text, "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True}
+             for i, text in enumerate(SPECIAL_TOKENS)]
+    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+                 "normalizer": None, "pre_tokenizer": {"type": "Whitespace"},
+                 "post_processor": None, "decoder": None,
+                 "model": {"type": "WordLevel", "vocab": vocab, "unk_token": UNK_TOKEN}}
+    specials = {"unk_token": UNK_TOKEN, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", **specials,
+              "model_max_length": preset.max_position_embeddings,
+              "clean_up_tokenization_spaces": False, "add_bos_token": False,
+              "add_eos_token": False,
+              "added_tokens_decoder": {str(t["id"]): {k: v for k, v in t.items() if k != "id"}
+                                       for t in added}}
+    return {"tokenizer.json": json.dumps(tokenizer, separators=(",", ":")),
+            "tokenizer_config.json": json.dumps(config, indent=2, sort_keys=True),
+            "special_tokens_map.json": json.dumps(specials, indent=2, sort_keys=True)}
+
+
 def materialize(preset_name: str, root: Path) -> tuple[Path, Path]:
-    """Write the preset's target and draft config directories under root; return both paths."""
+    """Write the preset's target and draft config directories under root, the target's with
+    the preset's tokenizer (tokenizer_files); return both paths."""
     if preset_name not in PRESETS:
         raise ValueError(f"model preset: unknown value {preset_name!r}; "
                          f"choose one of {sorted(PRESETS)}")
@@ -135,4 +185,6 @@ def materialize(preset_name: str, root: Path) -> tuple[Path, Path]:
     draft.mkdir(parents=True, exist_ok=True)
     _write_json(target / "config.json", preset.target_config())
     _write_json(draft / "config.json", preset.draft_config())
+    for name, text in tokenizer_files(preset).items():
+        _write_text(target / name, text)
     return target, draft

@@ -1,7 +1,10 @@
 """`sdbench fidelity PROFILE [...]`: serve a held-out workload on an engine configured as the
 profile's, and report how well the profile predicted it, into one folder.
 `sdbench fidelity --report DIR`: the report again from a folder's recorded run (no engine),
-e.g. where the consumer's environment is. Exit 0: report written; 1: the engine did not start,
+e.g. where the consumer's environment is.
+`sdbench fidelity PROFILE --served DIR`: no engine either; the runs `sdbench serve` left in DIR
+(vLLM's own server and client) against AISimulate's prediction of each run's real trace
+(served_compare.py). Exit 0: report written; 1: the engine did not start,
 is not configured as the profile's, or failed; 2: unusable input (before any engine starts)."""
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the artifact whose engine and profile are checked")
     parser.add_argument("--report", metavar="DIR",
                         help="no engine: report again from DIR's recorded run")
+    parser.add_argument("--served", metavar="DIR",
+                        help="no engine: compare the runs `sdbench serve` left in DIR (vLLM's "
+                             "server and client) with AISimulate's prediction of their traces")
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, action="append", metavar="RPS",
                       help="Poisson arrivals at RPS requests a second; repeat for several runs "
@@ -126,6 +132,12 @@ def run(args) -> int:
     except WorkloadError as exc:
         _err(f"sdbench fidelity: {exc}")
         return EXIT_UNUSABLE
+    if args.served:
+        if not args.profile or args.report:
+            _err("sdbench fidelity: --served DIR needs PROFILE (the profile served), and no "
+                 "--report")
+            return EXIT_UNUSABLE
+        return _served(Path(args.profile), Path(args.served), args, modes)
     if args.report:
         if args.profile:
             _err("sdbench fidelity: give PROFILE or --report DIR, not both")
@@ -135,6 +147,30 @@ def run(args) -> int:
         _err("sdbench fidelity: give PROFILE (an artifact), or --report DIR")
         return EXIT_UNUSABLE
     return _measure(Path(args.profile), args, modes)
+
+
+def _served(profile: Path, served: Path, args, modes) -> int:
+    from ..files import out_dir_problem
+    from .match import ProfileUnusable, read_profile
+    from .served import ServedUnusable, read_manifest, served_results
+    from .served_compare import compare, write
+    out = Path(args.out) if args.out else served
+    try:
+        artifact = read_profile(profile)
+        served_results(served, read_manifest(served))
+        problem = out_dir_problem(out)
+        if problem:
+            raise WorkloadError(f"--out: {problem}")
+        report = compare(profile, artifact, served, out, args.consumer_python, args.system,
+                         modes, say=lambda line: _err(f"sdbench fidelity: {line}"))
+    except (ProfileUnusable, ServedUnusable, WorkloadError, ValueError) as exc:
+        _err(f"sdbench fidelity: {exc}")
+        return EXIT_UNUSABLE
+    from .served_compare import markdown
+    print(markdown(report), end="")
+    for path in write(report, out, plots=not args.no_plots):
+        _err(f"sdbench fidelity: wrote {path}")
+    return EXIT_OK
 
 
 def _report(folder: Path, args, modes) -> int:

@@ -158,23 +158,48 @@ def run_consumer(python: str, profile_path: Path, artifact: Artifact,
                  timeout: float = PREDICT_TIMEOUT_SECONDS) -> ConsumerResult:
     """Export, then consumer_side.py in the consumer's Python; the folder keeps every input
     and output (export, request, traces, predict configs and reports)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    export, manifest = export_profile(python, profile_path, artifact, folder / "export",
-                                      system_of(artifact, system), chosen_modes or {})
-    limits = engine_limits(artifact)
-    steps, predict_runs = [], []
+    steps, traces = [], []
     for i, run in enumerate(runs):
         steps += [{"run": i, "native_iteration_id": s.native_iteration_id,
                    "scheduled_requests": scheduled_requests(s)} for s in run.steps]
         workload = workload_from_json(run.workload)
+        traces.append(PredictRun(
+            mooncake_rows(plan(workload)),
+            workload.concurrency if workload.arrival == ARRIVAL_CONCURRENCY else None,
+            accepted_per_step(artifact, run)))
+    return predict_runs(python, profile_path, artifact, traces, folder, system, chosen_modes,
+                        timeout, steps)
+
+
+@dataclass(frozen=True)
+class PredictRun:
+    """One workload for `aisimulate predict`: its Mooncake rows, its fixed concurrency (None:
+    the rows' timestamps are the arrivals) and the drafts accepted a step."""
+    rows: list[dict]
+    concurrency: int | None
+    nextn_accepted: float
+
+
+def predict_runs(python: str, profile_path: Path, artifact: Artifact,
+                 runs: Sequence[PredictRun], folder: Path, system: str | None = None,
+                 chosen_modes: Mapping[str, str] | None = None,
+                 timeout: float = PREDICT_TIMEOUT_SECONDS,
+                 steps: Sequence[dict] = ()) -> ConsumerResult:
+    """Export the profile, then consumer_side.py prices the steps (if any) and predicts each
+    run's workload, in the consumer's Python."""
+    folder.mkdir(parents=True, exist_ok=True)
+    export, manifest = export_profile(python, profile_path, artifact, folder / "export",
+                                      system_of(artifact, system), chosen_modes or {})
+    limits = engine_limits(artifact)
+    predict = []
+    for i, run in enumerate(runs):
         trace = folder / f"run{i}-trace.jsonl"
-        trace.write_text("".join(json.dumps(row) + "\n" for row in mooncake_rows(plan(workload))))
-        predict_runs.append({
+        trace.write_text("".join(json.dumps(row) + "\n" for row in run.rows))
+        predict.append({
             "run": i, "trace": str(trace), "out": str(folder / f"run{i}-predict"),
-            "concurrency": workload.concurrency if workload.arrival == ARRIVAL_CONCURRENCY
-            else None,
-            "engine": {**limits, "nextn_accepted": round(accepted_per_step(artifact, run), 6)}})
-    request = {"export": str(export), "steps": steps, "runs": predict_runs,
+            "concurrency": run.concurrency,
+            "engine": {**limits, "nextn_accepted": round(run.nextn_accepted, 6)}})
+    request = {"export": str(export), "steps": list(steps), "runs": predict,
                "environment": dict(CONSUMER_ENVIRONMENT), "predict_timeout_seconds": timeout}
     request_path, result_path = folder / "request.json", folder / "result.json"
     request_path.write_text(json.dumps(request) + "\n")

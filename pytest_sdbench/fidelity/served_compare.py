@@ -1,0 +1,281 @@
+"""`sdbench fidelity PROFILE --served DIR`: the serving runs `sdbench serve` left (vLLM's own
+server and client, no code of this project in the engine) against AISimulate's prediction of
+the very trace each run had. Pure but for the consumer's subprocess: no engine.
+
+Per run, the trace is what vLLM's client really sent: arrival = start_times - min(start_times)
+(the client's send times; with Poisson arrivals and no concurrency cap a request is sent when
+it arrives), input_lens and output_lens from its detailed result; only the requests that
+succeeded. The consumer predicts it with its own code (consumer_side.py, `aisimulate
+predict` on `sdbench export --to aisimulate` of the profile).
+
+The figures, served and predicted, defined the same way on both sides:
+- TTFT: median and p90 over requests.
+- TPOT: per request (E2E - TTFT) / (output tokens - 1), median over requests (vLLM's own
+  definition; the consumer's from its per-request E2E and TTFT).
+- step gap (the ITL both sides define alike): vLLM's served ITL is the gap between two
+  streamed chunks, and one chunk is one engine step of about AL tokens; the consumer counts
+  the gaps inside one speculative delivery as zero, so its per-token ITL median is 0. The
+  served step gap is the median of vLLM's ITLs; the predicted one is the predicted TPOT x AL
+  (the consumer's tokens a step). The consumer's own per-request itl_ms is kept beside it,
+  under its own name, and not compared.
+Each with e = predicted / served - 1."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..files import atomic_write_text
+from ..wire.model import Artifact, utc_now
+from .report import percentile
+from .served import read_manifest, served_results
+from .workload import PlannedRequest, mooncake_rows
+
+REPORT_KIND, REPORT_VERSION = "pytest-sdbench/served-fidelity", 1
+STEM = "served-fidelity"
+METRICS = (("ttft_median_ms", "TTFT median"), ("ttft_p90_ms", "TTFT p90"),
+           ("tpot_median_ms", "TPOT median"), ("step_gap_median_ms", "step gap median"),
+           ("e2e_median_ms", "E2E median"))
+STEP_GAP_RULE = (
+    "vLLM's served ITL is the gap between two streamed chunks, one chunk an engine step of "
+    "about AL tokens; the consumer counts the gaps inside one speculative delivery as zero "
+    "(its per-token ITL median is 0). Compared step to step: served = the median of vLLM's "
+    "ITLs; predicted = the predicted TPOT median x AL (tokens a step).")
+TPOT_RULE = ("per request (E2E - TTFT) / (output tokens - 1), requests of more than one "
+             "output token; the median over requests (vLLM's definition, on both sides)")
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    start: float          # the client's send time (its perf_counter, seconds)
+    input_tokens: int
+    output_tokens: int
+    ttft: float
+    itls: tuple[float, ...]
+
+    @property
+    def e2e(self) -> float:
+        return self.ttft + sum(self.itls)
+
+    @property
+    def tpot(self) -> float | None:
+        return (self.e2e - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 \
+            else None
+
+
+def served_requests(result: dict) -> list[ServedRequest]:
+    """The requests of a `vllm bench serve --save-detailed` result that succeeded."""
+    missing = [k for k in ("start_times", "input_lens", "output_lens", "ttfts", "itls")
+               if k not in result]
+    if missing:
+        raise ValueError(f"the result holds no {', '.join(missing)} (run `vllm bench serve` "
+                         "with --save-detailed)")
+    errors = result.get("errors") or [""] * len(result["ttfts"])
+    return [ServedRequest(float(start), int(i), int(o), float(ttft), tuple(map(float, itl)))
+            for start, i, o, ttft, itl, error in zip(
+                result["start_times"], result["input_lens"], result["output_lens"],
+                result["ttfts"], result["itls"], errors, strict=True)
+            if not error and ttft and ttft > 0]
+
+
+def trace_rows(requests: Sequence[ServedRequest]) -> list[dict]:
+    """The run as the consumer's Mooncake rows: arrivals from the earliest send, in send
+    order; no shared prefix (vLLM's random dataset shares none)."""
+    first = min(r.start for r in requests)
+    ordered = sorted(requests, key=lambda r: r.start)
+    return mooncake_rows([PlannedRequest(i, r.start - first, r.input_tokens, r.output_tokens)
+                          for i, r in enumerate(ordered)])
+
+
+def _median_ms(values: Sequence[float]) -> float | None:
+    return 1e3 * statistics.median(values) if values else None
+
+
+def _p90_ms(values: Sequence[float]) -> float | None:
+    return 1e3 * percentile(values, 90) if values else None
+
+
+def served_figures(requests: Sequence[ServedRequest]) -> dict:
+    gaps = [g for r in requests for g in r.itls]
+    tpots = [t for r in requests if (t := r.tpot) is not None]
+    return {"requests": len(requests),
+            "ttft_median_ms": _median_ms([r.ttft for r in requests]),
+            "ttft_p90_ms": _p90_ms([r.ttft for r in requests]),
+            "tpot_median_ms": _median_ms(tpots),
+            "step_gap_median_ms": _median_ms(gaps), "step_gap_p90_ms": _p90_ms(gaps),
+            "e2e_median_ms": _median_ms([r.e2e for r in requests]),
+            "tokens_per_chunk": (sum(r.output_tokens - 1 for r in requests) / len(gaps)
+                                 if gaps else None)}
+
+
+def predicted_figures(prediction: dict, tokens_per_step: float) -> dict:
+    """The consumer's per-request records in the same terms (its times are milliseconds)."""
+    rows = [r for r in prediction.get("requests") or []
+            if isinstance(r.get("ttft_ms"), (int, float))]
+    ttfts = [r["ttft_ms"] / 1e3 for r in rows]
+    e2es = [r["e2e_latency_ms"] / 1e3 for r in rows
+            if isinstance(r.get("e2e_latency_ms"), (int, float))]
+    tpots = [(r["e2e_latency_ms"] - r["ttft_ms"]) / 1e3 / (r["output_length"] - 1)
+             for r in rows if isinstance(r.get("e2e_latency_ms"), (int, float))
+             and isinstance(r.get("output_length"), int) and r["output_length"] > 1]
+    own_itl = [r["itl_ms"] / 1e3 for r in rows if isinstance(r.get("itl_ms"), (int, float))]
+    tpot = _median_ms(tpots)
+    return {"requests": len(rows), "ttft_median_ms": _median_ms(ttfts),
+            "ttft_p90_ms": _p90_ms(ttfts), "tpot_median_ms": tpot,
+            "step_gap_median_ms": tpot * tokens_per_step if tpot is not None else None,
+            "e2e_median_ms": _median_ms(e2es),
+            "consumer_itl_ms_median": _median_ms(own_itl)}
+
+
+def relative(served: dict, predicted: dict) -> dict:
+    out = {}
+    for key, _ in METRICS:
+        s, p = served.get(key), predicted.get(key)
+        out[key] = p / s - 1 if s and p is not None else None
+    return out
+
+
+def acceptance_length(artifact: Artifact, result: dict) -> tuple[float, str]:
+    """Tokens a step: the profile's synthetic AL, else the run's own measured AL (vLLM's
+    spec-decode counters, in its result), else 1."""
+    al = artifact.speculative.synthetic_acceptance_length
+    if al is not None:
+        return float(al), "the profile's synthetic acceptance length"
+    measured = result.get("spec_decode_acceptance_length")
+    if isinstance(measured, (int, float)) and measured >= 1:
+        return float(measured), "the served run's acceptance length (vLLM's counters)"
+    return 1.0, "1 (no acceptance length known)"
+
+
+def compare(profile_path: Path, artifact: Artifact, served: Path, out: Path,
+            python: str | None, system: str | None = None,
+            modes: dict[str, str] | None = None,
+            say: Callable[[str], None] = lambda line: None) -> dict:
+    """The report of every served run against the consumer's prediction of its trace."""
+    from .consumer import ConsumerNotRun, PredictRun, consumer_python, predict_runs
+    manifest = read_manifest(served)
+    results = served_results(served, manifest)
+    runs: list[dict[str, Any]] = []
+    for rate, result in results:
+        requests = served_requests(result)
+        if not requests:
+            raise ValueError(f"--served: the run at rate {rate:g} has no request that "
+                             "succeeded")
+        al, al_source = acceptance_length(artifact, result)
+        runs.append({"rate": rate, "requests": requests, "rows": trace_rows(requests),
+                     "al": al, "al_source": al_source, "result": result})
+    consumer: dict = {"status": "not run"}
+    predictions: dict[int, dict] = {}
+    try:
+        py = consumer_python(python)
+        done = predict_runs(py, profile_path, artifact,
+                            [PredictRun(r["rows"], None, r["al"] - 1.0) for r in runs],
+                            out / "consumer", system, modes or {})
+        consumer = {"status": "run", "python": py, "export": done.export,
+                    "version": done.result.get("consumer", {}).get("version")}
+        predictions = {p["run"]: p for p in done.result.get("predictions", [])}
+    except ConsumerNotRun as exc:
+        consumer["reason"] = str(exc)
+        say(f"AISimulate not run: {exc}")
+    per_rate = []
+    for i, run in enumerate(runs):
+        served_f = served_figures(run["requests"])
+        entry: dict = {
+            "rate": run["rate"], "result_file": next(
+                r["result"] for r in manifest["runs"] if float(r["rate"]) == run["rate"]),
+            "acceptance_length": run["al"], "acceptance_length_source": run["al_source"],
+            "served_acceptance_length": run["result"].get("spec_decode_acceptance_length"),
+            "served": served_f, "trace": f"consumer/run{i}-trace.jsonl"
+            if consumer["status"] == "run" else None}
+        prediction = predictions.get(i)
+        if prediction is not None and "error" not in prediction:
+            predicted = predicted_figures(prediction, run["al"])
+            entry.update(predicted=predicted, relative_error=relative(served_f, predicted))
+        elif prediction is not None:
+            entry["predict_error"] = prediction["error"]
+        per_rate.append(entry)
+    return {"kind": REPORT_KIND, "version": REPORT_VERSION, "created_at": utc_now(),
+            "profile": {"path": str(profile_path), "run_id": artifact.run_id,
+                        "device": artifact.device},
+            "served": {"folder": str(served), "manifest_status": manifest.get("status"),
+                       "versions": manifest.get("versions"),
+                       "server_command": manifest.get("server", {}).get("command")},
+            "definitions": {"error": "e = predicted / served - 1", "tpot": TPOT_RULE,
+                            "step_gap": STEP_GAP_RULE,
+                            "arrival": "start_times - min(start_times) of the requests that "
+                                       "succeeded, from vLLM's detailed result"},
+            "consumer": consumer, "rates": per_rate}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Served vs predicted: profile {report['profile']['run_id']}", ""]
+    consumer = report["consumer"]
+    if consumer["status"] != "run":
+        lines += [f"AISimulate's predictions are absent: {consumer.get('reason')}", ""]
+    lines += ["| rate (req/s) | metric | served ms | predicted ms | predicted/served - 1 |",
+              "|---|---|---|---|---|"]
+    for entry in report["rates"]:
+        predicted = entry.get("predicted") or {}
+        errors = entry.get("relative_error") or {}
+        for key, label in METRICS:
+            lines.append(f"| {entry['rate']:g} | {label} | {_ms(entry['served'].get(key))} | "
+                         f"{_ms(predicted.get(key))} | {_pct(errors.get(key))} |")
+        if "predict_error" in entry:
+            lines.append(f"| {entry['rate']:g} | aisimulate predict failed | | | "
+                         f"{entry['predict_error'][:300]} |")
+    lines += ["", f"- errors: {report['definitions']['error']}",
+              f"- TPOT: {report['definitions']['tpot']}",
+              f"- step gap: {report['definitions']['step_gap']}",
+              f"- arrivals: {report['definitions']['arrival']}"]
+    for entry in report["rates"]:
+        lines.append(f"- rate {entry['rate']:g}: {entry['served']['requests']} requests; AL "
+                     f"{entry['acceptance_length']:.3g} ({entry['acceptance_length_source']})"
+                     f"; served tokens a chunk "
+                     f"{_ms(entry['served'].get('tokens_per_chunk'))}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> Path:
+    from ..figures import require_matplotlib
+    require_matplotlib()
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(9.0, 4.0))
+    axes = fig.subplots(1, len(METRICS) - 1)
+    rates = [e["rate"] for e in report["rates"]]
+    for ax, (key, label) in zip(axes, METRICS[:-1], strict=True):
+        ax.plot(rates, [e["served"].get(key) for e in report["rates"]], "o-", label="served")
+        predicted = [(e.get("predicted") or {}).get(key) for e in report["rates"]]
+        if any(p is not None for p in predicted):
+            ax.plot(rates, predicted, "s--", label="AISimulate")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("request rate (req/s)", fontsize=8)
+        ax.set_ylabel("ms", fontsize=8)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def write(report: dict, out: Path, plots: bool) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = [atomic_write_text(out / f"{STEM}.json", json.dumps(report, indent=1) + "\n"),
+               atomic_write_text(out / f"{STEM}.md", markdown(report))]
+    if plots:
+        try:
+            written.append(plot(report, out / f"{STEM}.png"))
+        except (ImportError, RuntimeError) as exc:
+            print(f"sdbench fidelity: no plot ({exc})", file=sys.stderr)
+    return written

@@ -1,0 +1,241 @@
+"""`sdbench serve`: `vllm serve` with the profile's settings, driven by `vllm bench serve` at
+two Poisson rates, end to end on the real CPU engine (one server start for the file), its
+refusals before any server starts, and `sdbench fidelity --served` on what it left."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_sdbench.fidelity.served import (
+    MANIFEST_FILE,
+    NOT_FLAGS,
+    result_name,
+    serve_flags,
+)
+from pytest_sdbench.fidelity.served_compare import (
+    ServedRequest,
+    predicted_figures,
+    served_figures,
+    served_requests,
+    trace_rows,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "tests" / "fixtures" / "cpu-agg-v6.json"
+H200 = ROOT / "docs" / "evidence" / "h200" / "settled" / "qwen3-8b" / \
+    "sdbench-decode-k3-635c0af72d36.json.gz"
+RATES = ("4", "16")
+PROMPTS, INPUT, OUTPUT = 6, 24, 12
+
+
+def _sdbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest_sdbench.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _said(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stderr.splitlines() if "Triton" not in line]
+
+
+# ---- refusals: before any server starts ----------------------------------------------------
+
+def _serve_args(out: Path, **given: str) -> list[str]:
+    options = {"--num-prompts": "4", "--input-len": "16", "--output-len": "8", **given}
+    rates = options.pop("--rate", "4").split()
+    args = [str(options.pop("profile", PROFILE))]
+    for rate in rates:
+        args += ["--rate", rate]
+    for name, value in options.items():
+        args += [name, value]
+    return ["serve", *args, "--out", str(out)]
+
+
+@pytest.mark.parametrize("given, line", [
+    ({"--rate": "0"}, "--rate: requests a second must be a finite number > 0, got 0"),
+    ({"--rate": "nan"}, "--rate: requests a second must be a finite number > 0, got nan"),
+    ({"--rate": "4 4"}, "--rate: each rate once, got 4, 4"),
+    ({"--num-prompts": "0"}, "--num-prompts: must be >= 1, got 0"),
+    ({"--input-len": "-3"}, "--input-len: must be >= 1, got -3"),
+    ({"--output-len": "0"}, "--output-len: must be >= 1, got 0"),
+    ({"--input-len": "4000", "--output-len": "200"},
+     "--input-len 4000 and --output-len 200: a request of 4200 tokens exceeds the profile's "
+     "max_model_len 4096"),
+    ({"--port": "70000"}, "--port: must lie in 1-65535, got 70000"),
+    ({"--health-timeout": "0"}, "--health-timeout: must be > 0 seconds, got 0"),
+    ({"profile": str(H200)}, "device: the profile was measured on cuda"),
+])
+def test_bad_options_are_refused_before_a_server_starts(tmp_path, given, line):
+    out = tmp_path / "served"
+    done = _sdbench(*_serve_args(out, **given), timeout=120)
+    assert done.returncode == 2, done.stderr[-1500:]
+    said = _said(done)
+    assert len(said) == 1, said
+    assert said[0].startswith(f"sdbench serve: {line}"), said
+    assert not out.exists()
+
+
+def test_a_port_in_use_and_a_used_folder_are_refused(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        done = _sdbench(*_serve_args(tmp_path / "a", **{"--port": str(port)}), timeout=120)
+    assert done.returncode == 2
+    assert _said(done) == [f"sdbench serve: --port: {port} is in use on 127.0.0.1"]
+    used = tmp_path / "b"
+    used.mkdir()
+    (used / MANIFEST_FILE).write_text("{}")
+    done = _sdbench(*_serve_args(used), timeout=120)
+    assert done.returncode == 2
+    assert _said(done) == [f"sdbench serve: --out: {used} already holds a served run "
+                           f"({MANIFEST_FILE}); give another folder"]
+    assert sorted(p.name for p in used.iterdir()) == [MANIFEST_FILE]
+
+
+def test_engine_arguments_become_vllm_serve_flags():
+    flags = serve_flags({"model": "/m", "skip_tokenizer_init": True, "disable_log_stats": False,
+                         "enforce_eager": True, "enable_chunked_prefill": False,
+                         "max_num_seqs": 16, "load_format": "dummy", "seed": 0,
+                         "speculative_config": {"method": "eagle3", "model": "/d",
+                                                "num_speculative_tokens": 3},
+                         "block_size": None})
+    assert set(NOT_FLAGS) >= {"model", "skip_tokenizer_init", "disable_log_stats"}
+    assert flags == ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-seqs", "16",
+                     "--load-format", "dummy", "--seed", "0", "--speculative-config",
+                     '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}']
+
+
+# ---- the comparison's definitions (no engine) ----------------------------------------------
+
+def test_the_trace_is_what_the_client_sent_and_the_step_gap_is_defined_alike():
+    result = {"start_times": [10.5, 10.0, 11.0, 12.0], "input_lens": [20, 10, 30, 5],
+              "output_lens": [7, 4, 1, 9], "ttfts": [0.1, 0.2, 0.3, 0.0],
+              "itls": [[0.03, 0.03, 0.03], [0.02, 0.04], [], []],
+              "errors": ["", "", "", "timeout"]}
+    requests = served_requests(result)
+    assert len(requests) == 3            # the failed one is no part of the trace
+    rows = trace_rows(requests)
+    assert [(r["timestamp"], r["input_length"], r["output_length"]) for r in rows] == \
+        [(0.0, 10, 4), (500.0, 20, 7), (1000.0, 30, 1)]
+    assert len({h for r in rows for h in r["hash_ids"]}) == sum(len(r["hash_ids"])
+                                                               for r in rows)
+    served = served_figures(requests)
+    assert served["ttft_median_ms"] == pytest.approx(200.0)
+    # TPOT: (E2E - TTFT) / (output - 1): 0.09 / 6 and 0.06 / 3
+    assert served["tpot_median_ms"] == pytest.approx(1e3 * (0.015 + 0.02) / 2)
+    assert served["step_gap_median_ms"] == pytest.approx(30.0)   # vLLM's chunk gaps
+    assert served["tokens_per_chunk"] == pytest.approx((6 + 3) / 5)
+    prediction = {"requests": [
+        {"ttft_ms": 100.0, "e2e_latency_ms": 160.0, "output_length": 7, "itl_ms": 0.0},
+        {"ttft_ms": 300.0, "e2e_latency_ms": 330.0, "output_length": 4, "itl_ms": 0.0}]}
+    predicted = predicted_figures(prediction, tokens_per_step=2.5)
+    assert predicted["tpot_median_ms"] == pytest.approx(10.0)
+    assert predicted["step_gap_median_ms"] == pytest.approx(25.0)   # TPOT x AL
+    assert predicted["consumer_itl_ms_median"] == 0.0              # its own, not compared
+    assert ServedRequest(0.0, 1, 1, 0.1, ()).tpot is None
+
+
+# ---- end to end on the CPU engine ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    out = tmp_path_factory.mktemp("served") / "tiny"
+    args = ["serve", str(PROFILE), "--num-prompts", str(PROMPTS), "--input-len", str(INPUT),
+            "--output-len", str(OUTPUT), "--seed", "3", "--out", str(out)]
+    for rate in RATES:
+        args += ["--rate", rate]
+    done = _sdbench(*args)
+    return out, done
+
+
+@pytest.mark.sdbench_engine
+def test_sdbench_serve_leaves_vllms_own_results_and_a_manifest(served):
+    out, done = served
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    assert manifest["status"] == "done"
+    command = manifest["server"]["command"]
+    assert command[command.index("serve") + 1].endswith("/target")
+    for flag in ("--load-format", "--speculative-config", "--max-num-seqs", "--max-model-len",
+                 "--enable-chunked-prefill", "--enforce-eager", "--seed"):
+        assert flag in command, flag
+    assert "--skip-tokenizer-init" not in command
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec["method"] == "eagle3"
+    assert spec["num_speculative_tokens"] == 3
+    assert manifest["settings"]["pinned_from_profile"]["max_num_seqs"] == 16
+    assert manifest["server"]["healthy_after_seconds"] > 0
+    # the server and its engine core are gone
+    assert manifest["server"]["exit_status"] == 0     # stopped cleanly by SIGTERM
+    assert manifest["server"]["processes_left"] is False
+    with pytest.raises(ProcessLookupError):
+        os.killpg(manifest["server"]["pid"], 0)
+    assert [r["rate"] for r in manifest["runs"]] == [float(r) for r in RATES]
+    for run in manifest["runs"]:
+        assert run["returncode"] == 0
+        bench = run["command"]
+        assert bench[bench.index("bench"):bench.index("bench") + 2] == ["bench", "serve"]
+        assert bench[bench.index("--dataset-name") + 1] == "random"
+        result = json.loads((out / result_name(run["rate"])).read_text())
+        assert result["completed"] == PROMPTS
+        assert result["failed"] == 0
+        assert result["input_lens"] == [INPUT] * PROMPTS     # one token a word, no special
+        assert result["output_lens"] == [OUTPUT] * PROMPTS   # EOS ignored
+        assert len(result["start_times"]) == len(result["itls"]) == PROMPTS
+        assert result["request_rate"] == float(run["rate"])
+        assert all(t > 0 for t in result["ttfts"])
+    assert manifest["versions"]["python"]
+
+
+@pytest.mark.sdbench_engine
+def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(served, tmp_path):
+    out, done = served
+    assert done.returncode == 0, done.stderr[-3000:]
+    report_dir = tmp_path / "report"
+    env_free = {k: v for k, v in os.environ.items() if k != "SDBENCH_CONSUMER_PYTHON"}
+    compared = subprocess.run([sys.executable, "-m", "pytest_sdbench.cli", "fidelity",
+                               str(PROFILE), "--served", str(out), "--out", str(report_dir),
+                               "--no-plots"], capture_output=True, text=True, timeout=300,
+                              cwd=ROOT, env=env_free)
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    report = json.loads((report_dir / "served-fidelity.json").read_text())
+    assert report["consumer"]["status"] == "not run"
+    assert "no consumer environment was given" in report["consumer"]["reason"]
+    assert [e["rate"] for e in report["rates"]] == [float(r) for r in RATES]
+    for entry in report["rates"]:
+        s = entry["served"]
+        assert s["requests"] == PROMPTS
+        assert s["ttft_median_ms"] > 0
+        assert s["tpot_median_ms"] > 0
+        assert s["step_gap_median_ms"] > 0
+        assert math.isfinite(s["e2e_median_ms"])
+        assert "predicted" not in entry
+    md = (report_dir / "served-fidelity.md").read_text()
+    assert "AISimulate's predictions are absent" in md
+    assert "TTFT median" in md
+    assert "step gap" in md
+    assert [line for line in _said(compared) if "AISimulate not run" in line]
+
+
+def test_the_server_is_stopped_with_its_whole_process_group(tmp_path):
+    """No process of the server outlives the command: its group gets SIGTERM, then SIGKILL
+    (here a child that ignores SIGTERM), and the stop waits until the group is gone."""
+    from pytest_sdbench.fidelity.served import Server, ServingFailed, free_port, group_gone
+    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('child up', flush=True); time.sleep(120)")
+    parent = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+              f"{stubborn!r}]); time.sleep(120)")
+    server = Server([sys.executable, "-c", parent], tmp_path / "server.log", dict(os.environ))
+    with pytest.raises(ServingFailed, match=r"was not healthy at .* within 1 s"):
+        server.wait_healthy(f"http://127.0.0.1:{free_port()}/health", timeout=1)
+    server.stop(grace=1)
+    assert server.group_left is False
+    assert group_gone(server.process.pid, timeout=0)
+    assert "child up" in (tmp_path / "server.log").read_text()
