@@ -114,26 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     add_fidelity_arguments(sub.add_parser(
         "fidelity", help="serve a held-out workload on an engine configured as the "
         "profile's; report how well the profile (ours, AISimulate's loader) predicted it"))
-    sv = sub.add_parser("serve", help="serve as users run it: `vllm serve` with the profile's "
-                        "engine settings, driven by `vllm bench serve` (random dataset, "
-                        "Poisson arrivals) at each rate; vLLM's result files and a manifest")
-    sv.add_argument("profile", metavar="PROFILE", help="an artifact collected on this device")
-    sv.add_argument("--rate", type=float, action="append", required=True, metavar="R",
-                    help="Poisson arrivals at R requests a second; repeat for another run on "
-                    "the same server")
-    sv.add_argument("--num-prompts", type=int, required=True, metavar="N",
-                    help="requests a run")
-    sv.add_argument("--input-len", type=int, required=True, metavar="I",
-                    help="prompt tokens of every request")
-    sv.add_argument("--output-len", type=int, required=True, metavar="O",
-                    help="output tokens of every request (EOS ignored)")
-    sv.add_argument("--seed", type=int, default=0, help="the client's seed (default 0)")
-    sv.add_argument("--out", required=True, metavar="DIR",
-                    help="folder for served-rate-R.json, the logs and served-manifest.json")
-    sv.add_argument("--port", type=int, metavar="P", help="the server's port on 127.0.0.1 "
-                    "(default: a free one)")
-    sv.add_argument("--health-timeout", type=float, default=900.0, metavar="S",
-                    help="seconds the server may take to become healthy (default 900)")
+    from .fidelity.serve_command import add_arguments as add_serve_arguments
+    add_serve_arguments(sub.add_parser(
+        "serve", help="serve as users run it: `vllm serve` with the profile's engine "
+        "settings, driven by `vllm bench serve` (random dataset, Poisson arrivals) at each "
+        "rate; vLLM's result files and a manifest"))
     x = sub.add_parser("crosscheck", help="measure vLLM alone (no observer, its own "
                        "multiprocess engine core) at the profile's decode points, with the "
                        "profile's engine settings; report profile/vLLM per point")
@@ -593,54 +578,8 @@ def cmd_crosscheck(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from pathlib import Path
-
-    from .fidelity.match import ProfileUnusable, check_device, read_profile
-    from .fidelity.served import (
-        MANIFEST_FILE,
-        ServedOptions,
-        ServedUnusable,
-        ServingFailed,
-        check_options,
-        serve,
-        server_kwargs,
-    )
-    from .inputs import check_vllm_installed
-    from .options import InputError
-    from .vram import cuda_available
-    profile, out = Path(args.profile), Path(args.out)
-    options = ServedOptions(rates=tuple(args.rate), num_prompts=args.num_prompts,
-                            input_len=args.input_len, output_len=args.output_len,
-                            seed=args.seed, port=args.port)
-    try:   # everything checkable before a server starts
-        if not args.health_timeout > 0:
-            raise ServedUnusable(f"--health-timeout: must be > 0 seconds, got "
-                                 f"{args.health_timeout:g}")
-        check_vllm_installed()
-        artifact = read_profile(profile)
-        check_device(artifact, cuda_available())
-        check_options(options, artifact)
-        resolved = server_kwargs(artifact)
-        problem = out_dir_problem(out)
-        if problem:
-            raise InputError(f"--out: {problem}")
-        if (out / MANIFEST_FILE).exists():
-            raise InputError(f"--out: {out} already holds a served run ({MANIFEST_FILE}); "
-                             "give another folder")
-    except (InputError, ProfileUnusable, ServedUnusable, ValueError) as exc:
-        _err(f"sdbench serve: {exc}")
-        return EXIT_UNUSABLE
-    try:
-        manifest = serve(profile, artifact, options, out,
-                         say=lambda line: _err(f"sdbench serve: {line}"),
-                         health_timeout=args.health_timeout, resolved=resolved)
-    except ServingFailed as exc:
-        _err(f"sdbench serve: {exc}")
-        return EXIT_INVALID
-    for run in manifest["runs"]:
-        print(f"rate {run['rate']:g}: {out / run['result']}")
-    print(f"wrote {out / MANIFEST_FILE}")
-    return EXIT_OK
+    from .fidelity.serve_command import run
+    return run(args)
 
 
 def cmd_fidelity(args) -> int:

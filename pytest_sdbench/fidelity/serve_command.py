@@ -1,0 +1,86 @@
+"""`sdbench serve PROFILE --rate R [--rate R2] ...`: its options and its run (served.py does
+the serving). Exit 0: served; 1: the server or a client run failed; 2: unusable input
+(before any server starts)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..files import out_dir_problem
+
+EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", metavar="PROFILE", help="an artifact collected on this device")
+    parser.add_argument("--rate", type=float, action="append", required=True, metavar="R",
+                        help="Poisson arrivals at R requests a second; repeat for another run on "
+                        "the same server")
+    parser.add_argument("--num-prompts", type=int, required=True, metavar="N",
+                        help="requests a run")
+    parser.add_argument("--input-len", type=int, required=True, metavar="I",
+                        help="prompt tokens of every request")
+    parser.add_argument("--output-len", type=int, required=True, metavar="O",
+                        help="output tokens of every request (EOS ignored)")
+    parser.add_argument("--seed", type=int, default=0, help="the client's seed (default 0)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="folder for served-rate-R.json, the logs and served-manifest.json")
+    parser.add_argument("--port", type=int, metavar="P", help="the server's port on 127.0.0.1 "
+                        "(default: a free one)")
+    parser.add_argument("--health-timeout", type=float, default=900.0, metavar="S",
+                        help="seconds the server may take to become healthy (default 900)")
+
+
+def run(args) -> int:
+    from ..inputs import check_vllm_installed
+    from ..options import InputError
+    from ..vram import cuda_available
+    from .match import ProfileUnusable, check_device, read_profile
+    from .served import (
+        MANIFEST_FILE,
+        ServedOptions,
+        ServedUnusable,
+        ServingFailed,
+        check_options,
+        serve,
+        server_kwargs,
+    )
+    profile, out = Path(args.profile), Path(args.out)
+    options = ServedOptions(rates=tuple(args.rate), num_prompts=args.num_prompts,
+                            input_len=args.input_len, output_len=args.output_len,
+                            seed=args.seed, port=args.port)
+    try:   # everything checkable before a server starts
+        if not args.health_timeout > 0:
+            raise ServedUnusable(f"--health-timeout: must be > 0 seconds, got "
+                                 f"{args.health_timeout:g}")
+        check_vllm_installed()
+        artifact = read_profile(profile)
+        check_device(artifact, cuda_available())
+        check_options(options, artifact)
+        resolved = server_kwargs(artifact)
+        problem = out_dir_problem(out)
+        if problem:
+            raise InputError(f"--out: {problem}")
+        if (out / MANIFEST_FILE).exists():
+            raise InputError(f"--out: {out} already holds a served run ({MANIFEST_FILE}); "
+                             "give another folder")
+    except (InputError, ProfileUnusable, ServedUnusable, ValueError) as exc:
+        _err(f"sdbench serve: {exc}")
+        return EXIT_UNUSABLE
+    try:
+        manifest = serve(profile, artifact, options, out,
+                         say=lambda line: _err(f"sdbench serve: {line}"),
+                         health_timeout=args.health_timeout, resolved=resolved)
+    except ServingFailed as exc:
+        _err(f"sdbench serve: {exc}")
+        return EXIT_FAILED
+    for run in manifest["runs"]:
+        print(f"rate {run['rate']:g}: {out / run['result']}")
+    print(f"wrote {out / MANIFEST_FILE}")
+    return EXIT_OK
