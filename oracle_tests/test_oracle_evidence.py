@@ -162,6 +162,7 @@ def test_cuda_step_times_agree_with_a_profiler_trace(sdbench_engine, sdbench_not
     assert abs(native / trace - 1) <= TRACE_TOLERANCE
 
 
+@pytest.mark.exclusive   # load preempts steps inside the range: nothing of the run beside it
 def test_host_step_times_agree_with_a_profiler_trace(sdbench_engine, sdbench_note):
     """CPU: the worker's host timer against the profiler's host range of the same step (the
     range opens before the timer starts and closes after it stops)."""

@@ -16,6 +16,17 @@ a side) is collected again, up to ATTEMPTS times; should the host stay contended
 asserts the gate's refusal and then skips, saying so: the verdicts were not judged, so it
 never passes. Each collection draws its rounds' order from a seed of its own (recorded), so
 that no two measure their points in the same order.
+
+Host noise that no monitor flags (this 2-core host runs in two speeds; a point's median of
+7 rounds can land in either): when the verdicts do not hold, the test reads the noise the
+run itself measured (unsteady()): the gate's host canary, baseline against each candidate,
+moved beyond its own noise, or a point's CV across rounds is beyond MAX_STEADY_POINT_CV.
+- none of it: the host was steady, and the gate's verdicts are wrong: the test fails at once;
+- some of it: the three collections are made again (NOISY_ATTEMPTS in all); the test passes
+  only when one attempt's verdicts all hold (the same code passes, the slowed code fails
+  with every point named), and skips, naming the noise it measured, when the host stayed
+  unsteady in every attempt. It never passes on verdicts that did not hold.
+It runs `exclusive` (conftest.py): no other test of the run beside it.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from pytest_sdbench.wire.contract import MIN_ROUNDS_FOR_NOISE
 from pytest_sdbench.wire.points import parse_grid
 from pytest_sdbench.wire.rounds import RepeatPlan
 
-pytestmark = pytest.mark.sdbench_engine
+pytestmark = [pytest.mark.sdbench_engine, pytest.mark.exclusive]
 
 # Rounds of each collection, an odd number: the median of 7 holds while 3 of them are
 # disturbed, and the bound is z * 1.2533 * sqrt(2/7) = 2.7 x the CV across rounds. On this
@@ -47,6 +58,12 @@ ROUNDS = 7
 # host's faster speed (a doubled step then shows as +40..+70%, within the bound).
 EXTRA = 2.0
 ATTEMPTS = 2
+# Collections of all three, again, while the run's own measurements say the host was unsteady.
+NOISY_ATTEMPTS = 2
+# A point's CV across rounds beyond which the host, not the point, moved: the tiny preset's
+# points run at a CV of 10-25% on this host when it is steady; 147% was seen once, the one
+# disturbed round of a point that made its bound 281% and hid the slowed step.
+MAX_STEADY_POINT_CV = 0.5
 # The order seed of each collection: a different order for each.
 SEEDS = {"baseline": 0, "same-code": 1, "slowed": 2}
 
@@ -132,8 +149,91 @@ def _verdicts(result) -> dict[str, str]:
     return {f"{p.phase} {p.coordinates}": p.verdict for p in result.points}
 
 
+def unsteady(base, cand, result) -> str | None:
+    """What the run measured of the host's noise beyond what the gate's bound holds for,
+    between a baseline and a candidate (None: the host was steady): the host canary moved
+    (the gate's own comparison, beyond the canary's noise), or a point's CV across rounds is
+    beyond MAX_STEADY_POINT_CV."""
+    said = []
+    if any(w.slower or w.faster for w in result.host.workloads):
+        said.append(result.host.line())
+    for label, run in (("baseline", base), ("candidate", cand)):
+        worst = max((s for s in run.artifact.summaries if s.samples > 1), key=lambda s: s.cv)
+        if worst.cv > MAX_STEADY_POINT_CV:
+            said.append(f"{label}: {worst.phase} point {worst.point_index} CV across rounds "
+                        f"{100 * worst.cv:.0f}% (> {100 * MAX_STEADY_POINT_CV:.0f}%)")
+    return "; ".join(said) or None
+
+
+def _claim_failures(base, same, slowed, capsys) -> tuple[list[str], list[str]]:
+    """What of the gate's claim did not hold on these collections (empty: all of it held),
+    and the host noise measured beside each failed half."""
+    failed, noise = [], []
+    code = main(["compare", str(base.path), str(same.path)])
+    same_text = capsys.readouterr().out
+    same_result = compare(base.artifact, same.artifact)
+    if (code != 0 or same_result.problems
+            or not set(_verdicts(same_result).values()) <= {OK, IMPROVED, HOST_SLOWER}
+            or not same_text.rstrip().splitlines()[-1].startswith("PASS")):
+        failed.append(f"the same code: exit {code}, "
+                      f"{same_text.rstrip().splitlines()[-1]}\n{same_text}")
+        noise.append(unsteady(base, same, same_result))
+
+    code = main(["compare", str(base.path), str(slowed.path)])
+    slowed_text = capsys.readouterr().out
+    slowed_result = compare(base.artifact, slowed.artifact)
+    verdict = slowed_text.rstrip().splitlines()[-1]
+    named = all(f"{p.phase} {p.coordinates} {p.change_pct:+.1f}%" in verdict
+                for p in slowed_result.points)
+    if (code != 1 or slowed_result.problems
+            or set(_verdicts(slowed_result).values()) != {REGRESSED}
+            or not verdict.startswith(f"FAIL: {len(slowed_result.points)} point(s) regressed ")
+            or not named):
+        failed.append(f"the slowed code: exit {code}, {verdict}\n{slowed_text}")
+        noise.append(unsteady(base, slowed, slowed_result))
+    return failed, noise
+
+
 def test_the_gate_passes_the_same_code_and_fails_a_slowed_step_naming_the_points(
         sdbench_collect, sdbench_engine, gate_grid, monkeypatch, capsys, sdbench_note):
+    for attempt in range(1, NOISY_ATTEMPTS + 1):
+        base, same, slowed, slowed_step = _three_collections(
+            sdbench_collect, sdbench_engine, gate_grid, monkeypatch, capsys, sdbench_note)
+        failed, noise = _claim_failures(base, same, slowed, capsys)
+        if not failed:
+            break
+        if not all(noise):
+            pytest.fail("the host was steady (no noise measured beyond the bound's) and the "
+                        "gate's verdicts did not hold:\n" + "\n".join(failed), pytrace=False)
+        measured = "; ".join(n for n in noise if n)
+        sdbench_note(f"compare gate: attempt {attempt}/{NOISY_ATTEMPTS}: the host was "
+                     f"unsteady ({measured}); the verdicts did not hold")
+        if attempt == NOISY_ATTEMPTS:
+            pytest.skip(f"the host stayed unsteady over {NOISY_ATTEMPTS} attempts ({measured}): "
+                        "the gate's verdicts did not hold and were not judged, never passed: "
+                        + " | ".join(f.splitlines()[0] for f in failed))
+
+    same_result = compare(base.artifact, same.artifact)
+    slowed_result = compare(base.artifact, slowed.artifact)
+    steps = (*slowed.artifact.prefill, *slowed.artifact.decode)
+    share = statistics.median(slowed_step.added[o.native_iteration_id] / o.timing.seconds
+                              for o in steps)
+    added_ms = 1e3 * statistics.median(slowed_step.added[o.native_iteration_id]
+                                       for o in steps)
+    changes = [p.change_pct or 0.0 for p in slowed_result.points]
+    same_changes = [p.change_pct or 0.0 for p in same_result.points]
+    sdbench_note(f"compare gate, {ROUNDS} rounds (attempt {attempt}): same code: changes "
+                 f"{min(same_changes):+.1f}..{max(same_changes):+.1f}%, "
+                 f"{len(same_result.regressed)} regressed; slowed step (median "
+                 f"{added_ms:.2f} ms added to a measured step, {100 * share:.0f}% of its "
+                 f"time): changes {min(changes):+.1f}..{max(changes):+.1f}%, "
+                 f"{len(slowed_result.regressed)} regressed")
+
+
+def _three_collections(sdbench_collect, sdbench_engine, gate_grid, monkeypatch, capsys,
+                       sdbench_note):
+    """The baseline, the same code and the slowed code, each checked for what it is; a
+    contended one refused by the gate and the test skipped (never passed)."""
     base = _collect(sdbench_collect, gate_grid, sdbench_note, "baseline")
     same = _collect(sdbench_collect, gate_grid, sdbench_note, "same-code")
     cls = type(compat.worker(sdbench_engine.llm))
@@ -154,8 +254,6 @@ def test_the_gate_passes_the_same_code_and_fails_a_slowed_step_naming_the_points
     share = statistics.median(slowed_step.added[o.native_iteration_id] / o.timing.seconds
                               for o in steps)
     assert share == pytest.approx(EXTRA / (1 + EXTRA), abs=0.05)   # the step, (1+EXTRA)x
-    added_ms = 1e3 * statistics.median(slowed_step.added[o.native_iteration_id]
-                                       for o in steps)
 
     if _contended(base, slowed) or _contended(base, same):
         # The gate must refuse a contended side; its verdicts are not judged: a skip, never
@@ -170,34 +268,4 @@ def test_the_gate_passes_the_same_code_and_fails_a_slowed_step_naming_the_points
         pytest.skip(f"the host stayed contended over {ATTEMPTS} attempts ({reasons}): the "
                     "gate refused the contended side, as it must; its verdicts were not "
                     "judged")
-
-    # Two collections of the same code: every point within its noise (or within the
-    # host's slowdown); the gate passes.
-    code = main(["compare", str(base.path), str(same.path)])
-    same_text = capsys.readouterr().out
-    same_result = compare(base.artifact, same.artifact)
-    assert code == 0, same_text
-    assert same_result.problems == [], same_text
-    assert set(_verdicts(same_result).values()) <= {OK, IMPROVED, HOST_SLOWER}, same_text
-    assert same_text.rstrip().splitlines()[-1].startswith("PASS")
-
-    # The slowed code: the gate fails (exit 1), every point regressed and named.
-    assert main(["compare", str(base.path), str(slowed.path)]) == 1
-    slowed_text = capsys.readouterr().out
-    slowed_result = compare(base.artifact, slowed.artifact)
-    assert slowed_result.problems == [], slowed_text
-    assert set(_verdicts(slowed_result).values()) == {REGRESSED}, slowed_text
-    verdict = slowed_text.rstrip().splitlines()[-1]
-    assert verdict.startswith(f"FAIL: {len(slowed_result.points)} point(s) regressed ")
-    for p in slowed_result.points:
-        assert f"{p.phase} {p.coordinates} {p.change_pct:+.1f}%" in verdict
-
-    changes = [p.change_pct or 0.0 for p in slowed_result.points]
-    same_changes = [p.change_pct or 0.0 for p in same_result.points]
-    sdbench_note(f"compare gate, {ROUNDS} rounds: same code: changes "
-                 f"{min(same_changes):+.1f}..{max(same_changes):+.1f}%, "
-                 f"{len(same_result.regressed)} regressed; slowed step (median "
-                 f"{added_ms:.2f} ms added to a measured step, {100 * share:.0f}% of its "
-                 f"time): changes {min(changes):+.1f}..{max(changes):+.1f}%, "
-                 f"{len(slowed_result.regressed)} regressed")
-    print(same_text, slowed_text, sep="\n\n")
+    return base, same, slowed, slowed_step

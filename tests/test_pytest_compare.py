@@ -95,6 +95,7 @@ def _skip_if_contended(result, *artifacts) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive   # its verdicts are about the host's time: nothing of the run beside it
 @pytest.mark.sdbench_engine
 def test_a_pytest_run_with_compare_fail_passes_the_same_code_and_fails_a_slowed_step(
         pytester, monkeypatch):
