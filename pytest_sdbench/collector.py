@@ -89,6 +89,7 @@ from .wire.model import (
 from .wire.points import DecodePoint, Grid, GridError, PrefillPoint, decode_max_tokens, fit_errors
 from .wire.records import Provenance
 from .wire.rounds import (
+    ONE_ROUND,
     CanarySample,
     PointRef,
     RepeatPlan,
@@ -212,15 +213,14 @@ def settled(times: list[float], tolerance: float = WARMUP_TOLERANCE,
 
 class Collector:
     def __init__(self, engine: InProcessEngine, progress=None, decode_tokens: int | None = None,
-                 repeats: int | RepeatPlan = 1,
+                 repeats: RepeatPlan = ONE_ROUND,
                  on_point: Callable[[CollectionResult], None] | None = None):
-        plan = repeats if isinstance(repeats, RepeatPlan) else RepeatPlan(repeats=repeats)
         self.engine = engine
         self.decode_tokens = decode_tokens  # output tokens of a decode run (default: enough)
-        self.repeats = plan.repeats
-        self.repeat_order = plan.order
-        self.order_seed = plan.seed
-        self.until_pinned = plan.until_pinned
+        self.repeats = repeats.repeats
+        self.repeat_order = repeats.order
+        self.order_seed = repeats.seed
+        self.until_pinned = repeats.until_pinned
         self.progress = progress or (lambda done, total, label: None)
         self._on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
         self.observer: NativeObserver | None = None
