@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default=DEFAULT_PLOT_DIR, metavar="DIR",
                     help=f"folder for the PNGs and sdbench-plots.html (default "
                     f"{DEFAULT_PLOT_DIR}; created if missing)")
-    from .export.command import add_arguments
+    from .aisimulate.command import add_arguments
     add_arguments(sub.add_parser("export", help="write what a consumer (AISimulate) reads: "
                                  "native envelopes, profile and speculative FPM table"))
     from .fidelity.command import add_arguments as add_fidelity_arguments
@@ -508,9 +508,9 @@ def cmd_plot(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .aisimulate.command import run
+    from .aisimulate.export.options import KnownConfig
     from .engine.presets import config_texts
-    from .export.aisimulate.options import KnownConfig
-    from .export.command import run
     return run(args, {digest: KnownConfig(text, source)
                       for digest, (text, source) in config_texts().items()})
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .aisimulate.grids import NATIVE_GRID, consumer_choice
 from .checkpoints import check_checkpoints, vllm_version
 from .engine.compat import BLOCK_SIZE, engine_argument_names, refused_engine_argument
 from .engine.placement import CpuListError, check_cpus
@@ -24,7 +25,6 @@ from .files import out_dir_problem
 from .options import InputError, repeat_plan, spelled, user_engine_args
 from .points import check_grid_for_mode
 from .points.choice import GridChoice
-from .points.consumer import NATIVE_GRID, consumer_choice
 from .points.defaults import load_grid
 from .vram import cuda_available
 from .wire.contract import (

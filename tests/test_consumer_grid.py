@@ -1,4 +1,4 @@
-"""Grids for the consumer (points.consumer), on made-up limits: the grid its direct
+"""Grids for the consumer (aisimulate.grids), on made-up limits: the grid its direct
 interpolation needs (every batch, token curves spanning each batch's whole range, KV curves to
 the longest prefix, decode curves to the longest context), its planned prefill axis, and the
 points of its plans mapped exactly onto ours or refused by name. The consumer's own code
@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench.cli import main
-from pytest_sdbench.inputs import grid_choice
-from pytest_sdbench.points.consumer import (
+from pytest_sdbench.aisimulate.grids import (
     KV_LINE_SPACING,
     cudagraph_axis_points,
     decode_contexts,
@@ -24,6 +22,8 @@ from pytest_sdbench.points.consumer import (
     prefill_capture_sizes,
     prefill_lines,
 )
+from pytest_sdbench.cli import main
+from pytest_sdbench.inputs import grid_choice
 from pytest_sdbench.wire.points import EngineLimits, GridError, decode_max_tokens, fit_errors
 
 # qwen3-0.6b as vLLM 0.26 serves it on an H200 (the production artifacts' settings).

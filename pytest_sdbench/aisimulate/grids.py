@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..points.choice import GridChoice
 from ..wire import typed
 from ..wire.points import (
     DecodePoint,
@@ -34,7 +35,6 @@ from ..wire.points import (
     decode_max_tokens,
     parse_grid,
 )
-from .choice import GridChoice
 
 CONSUMER_GRID, NATIVE_GRID, PLAN_PREFIX = "aisimulate", "aisimulate-native", "aisimulate:"
 
