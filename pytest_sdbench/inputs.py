@@ -1,6 +1,10 @@
-"""The user's choices, checked before an engine starts (a start takes 15-90 s): every option
-of the plugin and of `sdbench collect` once, each refusal one line (InputError) naming the
-option as the user spells it and the value. The model pair's own checks are checkpoints.py's.
+"""The user's choices, read once into a frozen Inputs and checked before an engine starts (a
+start takes 15-90 s): every option of the plugin and of `sdbench collect`, each refusal one
+line (InputError) naming the option as the user spells it and the value. read_inputs runs at
+pytest's configure (pytest_session.SdbenchSession) and at the start of `sdbench collect`;
+everything below takes the Inputs (the engine choices, the repeat plan, the grid as read,
+the output folder) and reads no option again. The model pair's own checks are
+checkpoints.py's.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def pytest_addoption(parser):
 def pytest_generate_tests(metafunc):
     """A K sweep (--sdbench-k 1-5): every test that uses the engine runs once per K, on an
     engine of that K; pytest groups the tests by K and frees one engine before the next."""
-    depths = metafunc.config.getoption("sdbench_k")
+    depths = SdbenchSession.of(metafunc.config).inputs.depths
     if "sdbench_k" in metafunc.fixturenames and len(depths) > 1:
         metafunc.parametrize("sdbench_k", depths, indirect=True, scope="session",
                              ids=[f"K{k}" for k in depths])
@@ -67,7 +67,6 @@ def pytest_configure(config):
     config.pluginmanager.register(session, SdbenchSession.name)
     session.assign_gpu()   # before anything here initialises CUDA
     session.read_inputs({o.dest: config.getoption(f"sdbench_{o.dest}") for o in OPTIONS})
-    assert session.inputs is not None
     note = k_window_note(session.inputs.depths, cli=False)
     if note and session.worker is None:   # the controller's, once (not per worker)
         session.summary.note.append(note)
@@ -175,7 +174,7 @@ def sdbench_fidelity(sdbench_session, sdbench_engine):
 def pytest_sdbench_artifact_written(config, path, artifact):
     """With --sdbench-plots, the artifact's plots beside it."""
     session = SdbenchSession.of(config)
-    if session.inputs is not None and session.inputs.plots:
+    if session.inputs.plots:
         from .plot import plot_beside
         page = plot_beside(path, artifact)[-1]
         session.summary.artifact.append(f"plots: {page}")

@@ -91,9 +91,9 @@ class SdbenchSession:
 
     name = "sdbench_session"
 
-    def __init__(self, config: pytest.Config, inputs: Inputs | None = None):
+    def __init__(self, config: pytest.Config):
         self.config = config
-        self.inputs = inputs                    # None until read (read_inputs)
+        self._inputs: Inputs | None = None      # read at configure (read_inputs)
         self.worker = xdist_worker(self)        # gw0, ..., or None (the controller)
         self.summary = Summary()
         self.sweep_runs: list[SweepRun] = []
@@ -101,6 +101,13 @@ class SdbenchSession:
         self.reported_failure: str | None = None   # the engine failure already summarised
         self.engine_refused: str | None = None  # why no engine may start in this run
         self.baseline: tuple[Path, Artifact] | None = None   # --sdbench-compare's
+
+    @property
+    def inputs(self) -> Inputs:
+        """The run's Inputs: the options, read once at configure."""
+        if self._inputs is None:
+            raise RuntimeError("sdbench: the options were not read (pytest_configure)")
+        return self._inputs
 
     @classmethod
     def of(cls, config: pytest.Config) -> SdbenchSession:
@@ -140,7 +147,7 @@ class SdbenchSession:
         from .options import InputError
         chosen = values.get("artifact_dir")
         try:
-            self.inputs = read_inputs(values, cli=False,
+            self._inputs = read_inputs(values, cli=False,
                                       out_dir=self.artifact_dir if chosen else None)
         except InputError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -232,7 +239,7 @@ class SdbenchSession:
         if mark is not None:
             gib = vram_mark(mark)
             # every device of the engine: one per tensor-parallel rank
-            sampler = vram.PeakSampler(tuple(range(item.config.getoption("sdbench_tp"))))
+            sampler = vram.PeakSampler(tuple(range(self.inputs.engine.tp)))
             free = sampler.free_gib()
             if free < gib:
                 pytest.skip(f"needs {gib} GiB of free CUDA memory; {free:.2f} GiB free")
@@ -307,7 +314,7 @@ class SdbenchSession:
                 "summary": dict(self.summary.sections()),
                 "sweep_runs": [run.to_wire() for run in self.sweep_runs]}
             return
-        if self.inputs is not None and len(self.inputs.depths) > 1:
+        if self._inputs is not None and len(self._inputs.depths) > 1:
             self.write_sweep_indexes()
         compare_gate.judge(session, self.baseline, [run.path for run in self.sweep_runs],
                            self.summary.compare)
@@ -411,7 +418,6 @@ class SdbenchCollect:
         from .session import collect_to_artifact
         from .wire.rounds import RepeatPlan
         inputs = self.session.inputs
-        assert inputs is not None   # read at configure
         given = grid
         if grid is not None:   # a Grid, or a dict in the manifest's shape: one line if not
             from .points import as_grid
