@@ -85,9 +85,6 @@ class Inputs:
     plots: bool
     cli: bool                        # how the options are spelled, for messages
 
-    def option(self, name: str) -> str:
-        return spelled(name, self.cli)
-
 
 def read_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> Inputs:
     """The run's Inputs from the options' values, with everything about them that can be
