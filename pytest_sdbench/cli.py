@@ -31,7 +31,6 @@ from .options import (
     DEFAULT_ARTIFACT_DIR,
     add_cli_options,
     k_window_note,
-    repeat_plan,
 )
 from .terminal import Parser, Version, closed_pipe
 from .wire.contract import (
@@ -107,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default=DEFAULT_PLOT_DIR, metavar="DIR",
                     help=f"folder for the PNGs and sdbench-plots.html (default "
                     f"{DEFAULT_PLOT_DIR}; created if missing)")
-    from .export.command import add_arguments
+    from .aisimulate.command import add_arguments
     add_arguments(sub.add_parser("export", help="write what a consumer (AISimulate) reads: "
                                  "native envelopes, profile and speculative FPM table"))
     from .fidelity.command import add_arguments as add_fidelity_arguments
@@ -184,24 +183,25 @@ def cmd_collect(args) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
     from .host import registry_dir
-    from .inputs import check_inputs, check_vllm_installed, spec_from_options
+    from .inputs import check_vllm_installed, read_inputs
     from .options import InputError
-    out = args.artifact_dir or DEFAULT_ARTIFACT_DIR
     note = k_window_note(args.k, cli=True)
     if note:
         _err(f"sdbench collect: note: {note}")
-    try:   # everything checkable before an engine starts (15-90 s)
+    try:   # everything checkable before an engine starts (15-90 s), read once
         check_vllm_installed()
-        check_inputs(vars(args), cli=True, out_dir=out)
+        inputs = read_inputs(vars(args), cli=True,
+                             out_dir=args.artifact_dir or DEFAULT_ARTIFACT_DIR)
         registry_dir()   # another user's registry folder is refused (a ValueError)
-        specs = [spec_from_options(vars(args), k)
-                 for k in args.k]
+        specs = [inputs.engine.spec(k) for k in inputs.depths]
     except (InputError, ValueError) as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE
+    assert inputs.out_dir is not None
+    out = str(inputs.out_dir)
     runs, worst = [], EXIT_OK
     for spec in specs:
-        code, run = _collect_one(spec, args, out)
+        code, run = _collect_one(spec, inputs, out)
         worst = max(worst, code)
         if run is None:
             return code
@@ -214,11 +214,10 @@ def cmd_collect(args) -> int:
     return worst
 
 
-def _collect_one(spec, args, out: str):
+def _collect_one(spec, inputs, out: str):
     """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
     from .engine.launch import start_engine
     from .engine.surface import describe_failure
-    from .points import read_grid_source
     from .session import (
         ArtifactNotWritten,
         InvalidArtifact,
@@ -228,13 +227,6 @@ def _collect_one(spec, args, out: str):
         grid_for,
     )
     from .wire.points import GridError
-    try:
-        # checked: read it now (None: a grid the engine's limits derive, in grid_for)
-        manifest = read_grid_source(args.grid, spec.draft_depth, spec.synthetic_acceptance_length
-                                    ) if args.grid else None
-    except GridError as exc:
-        _err(f"sdbench collect: --grid: {exc}")
-        return EXIT_UNUSABLE, None
     _err(f"sdbench: starting the engine ({spec.preset or spec.target}, K={spec.draft_depth}) ...")
     try:
         engine = start_engine(spec)
@@ -250,9 +242,8 @@ def _collect_one(spec, args, out: str):
     def progress(done, total, label):
         _err(f"sdbench [{done}/{total}] {label} ({time.perf_counter() - started:.1f} s)")
     try:
-        grid = manifest if manifest is not None else grid_for(engine, args.grid)
-        run = collect_to_artifact(engine, args.mode, grid, out, progress=progress,
-                                  repeats=repeat_plan(vars(args), cli=True), notify=_err)
+        run = collect_to_artifact(engine, inputs.mode, grid_for(engine, inputs.grid), out,
+                                  progress=progress, repeats=inputs.repeats, notify=_err)
     except GridError as exc:
         _err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE, None
@@ -276,7 +267,7 @@ def _collect_one(spec, args, out: str):
     print(f"wrote {describe(run)}")
     if getattr(run, "result", None) is not None:
         print(f"time: {describe_time(run.result)}")
-    if args.plots:
+    if inputs.plots:
         from .plot import plot_beside
         print(f"wrote the plots {plot_beside(run.path, run.artifact)[-1]}")
     return (EXIT_OK if run.artifact.status == STATUS_COMPLETE else EXIT_INVALID), run
@@ -525,9 +516,9 @@ def cmd_plot(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .aisimulate.command import run
+    from .aisimulate.export.options import KnownConfig
     from .engine.presets import config_texts
-    from .export.aisimulate.options import KnownConfig
-    from .export.command import run
     return run(args, {digest: KnownConfig(text, source)
                       for digest, (text, source) in config_texts().items()})
 

@@ -75,6 +75,7 @@ from .wire.model import (
 from .wire.points import DecodePoint, Grid, PrefillPoint, decode_max_tokens
 from .wire.records import Provenance
 from .wire.rounds import (
+    ONE_ROUND,
     PointRef,
     RepeatPlan,
     Sample,
@@ -92,15 +93,14 @@ def sampling_params(max_tokens: int):
 
 class Collector:
     def __init__(self, engine: InProcessEngine, progress=None, decode_tokens: int | None = None,
-                 repeats: int | RepeatPlan = 1,
+                 repeats: RepeatPlan = ONE_ROUND,
                  on_point: Callable[[CollectionResult], None] | None = None):
-        plan = repeats if isinstance(repeats, RepeatPlan) else RepeatPlan(repeats=repeats)
         self.engine = engine
         self.decode_tokens = decode_tokens  # output tokens of a decode run (default: enough)
-        self.repeats = plan.repeats
-        self.repeat_order = plan.order
-        self.order_seed = plan.seed
-        self.until_pinned = plan.until_pinned
+        self.repeats = repeats.repeats
+        self.repeat_order = repeats.order
+        self.order_seed = repeats.seed
+        self.until_pinned = repeats.until_pinned
         self.progress = progress or (lambda done, total, label: None)
         self._on_point = on_point or (lambda result: None)  # after every sample (checkpoints)
         self.observer: NativeObserver | None = None

@@ -20,21 +20,20 @@ import pytest
 from .options import spelled
 from .wire.model import Artifact
 
-BASELINE = pytest.StashKey[tuple[Path, Artifact]]()
 
-
-def check_baseline(config) -> None:
+def check_baseline(config, judges: bool) -> tuple[Path, Artifact] | None:
     """The baseline, read and validated once, before any engine starts (UsageError: one
-    line naming the option)."""
+    line naming the option), by the process that `judges` (the controller; an xdist worker
+    only collects)."""
     chosen = config.getoption("sdbench_compare")
     if chosen is None:
         if config.getoption("sdbench_compare_fail"):
             raise pytest.UsageError(f"{spelled('compare-fail', False)}: takes "
                                     f"{spelled('compare', False)} BASELINE (the artifact to "
                                     "judge the run against)")
-        return
-    if hasattr(config, "workerinput"):   # the controller judges; a worker only collects
-        return
+        return None
+    if not judges:
+        return None
     from .artifact import validate_path
     from .artifact.store import UnusableArtifact
     path = (Path(config.invocation_params.dir) / chosen).resolve()
@@ -46,18 +45,19 @@ def check_baseline(config) -> None:
     if not report.ok or report.artifact is None:
         raise pytest.UsageError(f"{option}: {path} is not a valid artifact; run `sdbench "
                                 f"validate {path}`")
-    config.stash[BASELINE] = (path, report.artifact)
+    return path, report.artifact
 
 
-def judge(session, written: list[str], summary: list[str]) -> None:
+def judge(session, baseline: tuple[Path, Artifact] | None, written: list[str],
+          summary: list[str]) -> None:
     """Each artifact written in the run against the baseline: the comparison's lines into
     `summary`; with --sdbench-compare-fail, a failed gate fails the session."""
     config = session.config
-    if BASELINE not in config.stash:
+    if baseline is None:
         return
     from .artifact import validate_path
     from .compare import compare, render
-    base_path, base = config.stash[BASELINE]
+    base_path, base = baseline
     failed = not written
     if not written:
         summary.append(f"no artifact was written in this run: nothing to judge against "

@@ -1,6 +1,10 @@
-"""The user's choices, checked before an engine starts (a start takes 15-90 s): every option
-of the plugin and of `sdbench collect` once, each refusal one line (InputError) naming the
-option as the user spells it and the value. The model pair's own checks are checkpoints.py's.
+"""The user's choices, read once into a frozen Inputs and checked before an engine starts (a
+start takes 15-90 s): every option of the plugin and of `sdbench collect`, each refusal one
+line (InputError) naming the option as the user spells it and the value. read_inputs runs at
+pytest's configure (pytest_session.SdbenchSession) and at the start of `sdbench collect`;
+everything below takes the Inputs (the engine choices, the repeat plan, the grid as read,
+the output folder) and reads no option again. The model pair's own checks are
+checkpoints.py's.
 """
 
 from __future__ import annotations
@@ -10,9 +14,12 @@ import difflib
 import importlib.util
 import re
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .aisimulate.grids import NATIVE_GRID, consumer_choice
 from .checkpoints import check_checkpoints, vllm_version
 from .engine.compat import BLOCK_SIZE, engine_argument_names, refused_engine_argument
 from .engine.placement import CpuListError, check_cpus
@@ -20,33 +27,78 @@ from .engine.presets import PRESETS
 from .engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
 from .files import out_dir_problem
 from .options import InputError, repeat_plan, spelled, user_engine_args
-from .points import check_grid_for_mode, read_grid_source
-from .points.consumer import NATIVE_GRID, is_derived
+from .points import check_grid_for_mode
+from .points.choice import GridChoice
+from .points.defaults import load_grid
 from .vram import cuda_available
 from .wire.contract import (
     DEFAULT_DRAFT_DEPTH,
+    MODE_AGG,
     PHASE_DECODE,
     PHASES,
     PHASES_BY_MODE,
     REVISION_PATTERN,
 )
 from .wire.points import Grid, GridError, KnownLimits, fit_errors
+from .wire.rounds import RepeatPlan
 
 
-def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> None:
-    """Everything about the user's choices that can be checked before an engine starts
+@dataclass(frozen=True)
+class EngineChoices:
+    """The engine the options name, for any K of the run: engine_spec's arguments. The spec
+    itself is built when an engine is about to start (a preset's checkpoints are written
+    then)."""
+    preset: str | None
+    model: str | None
+    draft: str | None
+    cuda_graphs: bool
+    acceptance_length: float | None
+    vllm_defaults: bool
+    user_engine_args: Mapping[str, Any]
+    target_revision: str | None
+    draft_revision: str | None
+    tp: int
+    cpus: tuple[int, ...] | None
+    stall_seconds: float | None
+
+    def spec(self, draft_depth: int) -> EngineSpec:
+        """The engine spec for one K; ValueError names what the spec refuses."""
+        return engine_spec(
+            preset=self.preset, model=self.model, draft=self.draft, draft_depth=draft_depth,
+            cuda_graphs=self.cuda_graphs, acceptance_length=self.acceptance_length,
+            vllm_defaults=self.vllm_defaults, user_engine_args=dict(self.user_engine_args),
+            target_revision=self.target_revision, draft_revision=self.draft_revision,
+            tensor_parallel_size=self.tp, cpus=self.cpus, stall_seconds=self.stall_seconds)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The user's choices for one run, read and checked once (read_inputs, at pytest's
+    configure or at the start of `sdbench collect`) and handed down as they are: nothing
+    below reads an option again."""
+    mode: str
+    depths: tuple[int, ...]          # one engine per K
+    engine: EngineChoices
+    repeats: RepeatPlan
+    grid: GridChoice | None          # None: the engine's default grid (session.grid_for)
+    out_dir: Path | None             # None: the caller's default folder
+    plots: bool
+    cli: bool                        # how the options are spelled, for messages
+
+
+def read_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> Inputs:
+    """The run's Inputs from the options' values, with everything about them that can be
+    checked before an engine starts
     (a start takes 15-90 s): the engine choices, the engine argument names against vLLM's
     EngineArgs and their values against its config classes, the grid manifest against the
     mode, K, acceptance and the engine's limits known before it starts, --plots without
     matplotlib, SDBENCH_STALL_SECONDS when it stands for --stall-seconds, and the output
     folder (--artifact-dir / --sdbench-artifact-dir).
-    `values` holds the options by their dest. Raises InputError."""
+    `values` holds the options by their dest (a missing one takes its default). Raises
+    InputError, naming the option."""
     opt = lambda name: spelled(name, cli)  # noqa: E731
     check_engine_choices(values, cli)
-    try:
-        repeat_plan(values, cli)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    plan = repeat_plan(values, cli)
     if values.get("stall_seconds") is None:
         try:   # the option's default: the variable, when set, must be a bound too
             default_stall_seconds()
@@ -59,13 +111,14 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
             raise InputError(f"{opt('cpus')}: {exc}") from None
     check_engine_arg_names(values, opt)
     check_engine_arg_values(values, opt)
+    depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
+    grid = None
     if values.get("grid"):
-        depths = tuple(values.get("k") or (DEFAULT_DRAFT_DEPTH,))
-        grid = check_grid_file(values["grid"], values.get("mode"), depths,
-                               values.get("acceptance_length"), opt)
-        if grid is not None:   # a grid derived from the engine fits it by construction
-            check_grid_limits(grid.only(PHASES_BY_MODE.get(values.get("mode") or "agg",
-                                                           PHASES)), values, opt)
+        grid = read_grid_option(values["grid"], values.get("mode"), depths,
+                                values.get("acceptance_length"), opt)
+        if grid.by_depth:   # a grid derived from the engine fits it by construction
+            check_grid_limits(grid.by_depth[depths[0]].only(
+                PHASES_BY_MODE.get(values.get("mode") or "agg", PHASES)), values, opt)
     if values.get("plots"):
         from .figures import PlotUnavailable, require_matplotlib
         try:
@@ -76,6 +129,22 @@ def check_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> 
         problem = out_dir_problem(out_dir)
         if problem:
             raise InputError(f"{opt('artifact-dir')}: {problem}")
+    return Inputs(mode=values.get("mode") or MODE_AGG, depths=depths,
+                  engine=engine_choices(values), repeats=plan, grid=grid,
+                  out_dir=None if out_dir is None else Path(out_dir),
+                  plots=bool(values.get("plots")), cli=cli)
+
+
+def engine_choices(values: dict) -> EngineChoices:
+    return EngineChoices(
+        preset=values.get("preset"), model=values.get("model"), draft=values.get("draft"),
+        cuda_graphs=bool(values.get("cuda_graphs")),
+        acceptance_length=values.get("acceptance_length"),
+        vllm_defaults=bool(values.get("vllm_defaults")),
+        user_engine_args=user_engine_args(values),
+        target_revision=values.get("target_revision"),
+        draft_revision=values.get("draft_revision"), tp=values.get("tp") or 1,
+        cpus=values.get("cpus"), stall_seconds=values.get("stall_seconds"))
 
 
 def check_engine_arg_names(values: dict, opt) -> None:
@@ -190,21 +259,33 @@ def check_engine_choices(values: dict, cli: bool) -> None:
                              f"{list(depths)}, got {al}")
 
 
-def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, opt
-                    ) -> Grid | None:
-    """A grid manifest or consumer plan, read and checked; None for a grid derived from the
-    engine (points.consumer), of which only the mode can be checked now."""
-    if is_derived(path):
-        if path == NATIVE_GRID and mode == PHASE_DECODE:
-            raise InputError(f"{opt('grid')} {NATIVE_GRID}: the consumer's own plan holds "
-                             "prefill points only; it cannot be collected in mode decode")
-        return None
+def grid_choice(source: str, depths: tuple[int, ...], acceptance_length: float | None
+                ) -> GridChoice:
+    """--grid, read for each K of the run: a consumer's grid or plan (its own wing reads
+    those), else a manifest file. GridError names what is wrong."""
+    choice = consumer_choice(source, depths, acceptance_length)
+    if choice is not None:
+        return choice
+    grid = load_grid(source)
+    return GridChoice(source, by_depth={k: grid for k in depths})
+
+
+def read_grid_option(source: str, mode: str | None, depths: tuple[int, ...], al, opt
+                     ) -> GridChoice:
+    """--grid, read and checked against the mode and every K of the run; a grid derived
+    from the engine (the consumer's) can only be checked against the mode now."""
+    if source == NATIVE_GRID and mode == PHASE_DECODE:
+        raise InputError(f"{opt('grid')} {NATIVE_GRID}: the consumer's own plan holds "
+                         "prefill points only; it cannot be collected in mode decode")
     try:
-        grid = read_grid_source(path, depths[0], al)
-        assert grid is not None
-        check_grid_for_mode(grid, mode)
+        choice = grid_choice(source, depths, al)
+        for grid in choice.by_depth.values():
+            check_grid_for_mode(grid, mode)
     except GridError as exc:
         raise InputError(f"{opt('grid')}: {exc}") from None
+    if not choice.by_depth:
+        return choice
+    grid = choice.by_depth[depths[0]]
     phases = PHASES_BY_MODE.get(mode or "agg", ())
     decode = grid.decode if PHASE_DECODE in phases else ()
     if len(depths) > 1 and decode:
@@ -224,19 +305,7 @@ def check_grid_file(path: str, mode: str | None, depths: tuple[int, ...], al, op
                 raise InputError(f"{opt('grid')}: decode[{i}].acceptance_length is "
                                  f"{d.acceptance_length}, so {opt('acceptance-length')} must "
                                  f"be {'given' if al is None else 'left out'}")
-    return grid
-
-
-def spec_from_options(values: dict, draft_depth: int) -> EngineSpec:
-    """The engine spec from the option table's values (by dest), for one K: the one builder
-    the plugin and `sdbench collect` use. ValueError names what the spec refuses."""
-    return engine_spec(
-        preset=values["preset"], model=values["model"], draft=values["draft"],
-        draft_depth=draft_depth, cuda_graphs=values["cuda_graphs"],
-        acceptance_length=values["acceptance_length"], vllm_defaults=values["vllm_defaults"],
-        user_engine_args=user_engine_args(values), target_revision=values["target_revision"],
-        draft_revision=values["draft_revision"], tensor_parallel_size=values["tp"],
-        cpus=values["cpus"], stall_seconds=values["stall_seconds"])
+    return choice
 
 
 def check_vllm_installed() -> None:

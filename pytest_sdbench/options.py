@@ -32,7 +32,7 @@ from .wire.contract import (
     REPEAT_ORDERS,
     REPEAT_ROUNDS,
 )
-from .wire.rounds import RepeatPlan, UntilPinned
+from .wire.rounds import PlanError, RepeatPlan, UntilPinned
 
 PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
 # Where artifacts go when --sdbench-artifact-dir / --artifact-dir is not given: under pytest's
@@ -285,10 +285,10 @@ def k_window_note(depths: tuple[int, ...], cli: bool) -> str | None:
 
 
 def repeat_plan(values: dict, cli: bool) -> RepeatPlan:
-    """The repeat policy from the options (by dest); ValueError names the option."""
+    """The repeat policy from the options (by dest); InputError names the option."""
     until = values.get("until_pinned")
     if until is None and values.get("max_rounds") not in (None, DEFAULT_MAX_ROUNDS):
-        raise ValueError(f"{spelled('max-rounds', cli)}: takes {spelled('until-pinned', cli)} "
+        raise InputError(f"{spelled('max-rounds', cli)}: takes {spelled('until-pinned', cli)} "
                          "(the cap of rounds for points that are not pinned yet)")
     try:
         return RepeatPlan(
@@ -298,11 +298,8 @@ def repeat_plan(values: dict, cli: bool) -> RepeatPlan:
             until_pinned=None if until is None else UntilPinned(
                 max_half_width=until, confidence=PINNED_CONFIDENCE,
                 max_rounds=values.get("max_rounds") or DEFAULT_MAX_ROUNDS))
-    except ValueError as exc:
-        name = {"repeats": "repeats", "repeat order": "repeat-order",
-                "until pinned": "until-pinned", "max rounds": "max-rounds"}.get(
-                    str(exc).split(":")[0], "repeats")
-        raise ValueError(f"{spelled(name, cli)}: {str(exc).split(': ', 1)[-1]}") from None
+    except PlanError as exc:   # its field is an option's name
+        raise InputError(f"{spelled(exc.field.replace('_', '-'), cli)}: {exc.why}") from None
 
 
 def user_engine_args(values: dict) -> dict[str, Any]:

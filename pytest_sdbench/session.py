@@ -29,8 +29,8 @@ from .engine import ranks
 from .engine.restoration import restoration_violations
 from .engine.surface import Engine, InProcessEngine, describe_failure, in_process
 from .host import HostMonitor
-from .points import check_grid_for_mode, read_grid_source
-from .points.consumer import consumer_grid, is_derived
+from .points import check_grid_for_mode
+from .points.choice import GridChoice
 from .points.defaults import default_grid, derived_grid
 from .wire import typed
 from .wire.contract import (
@@ -42,20 +42,16 @@ from .wire.contract import (
 )
 from .wire.model import Artifact, SkippedPoint
 from .wire.points import Grid, GridError
-from .wire.rounds import RepeatPlan
+from .wire.rounds import ONE_ROUND, RepeatPlan
 
 
-def grid_for(engine: Engine, manifest: str | None = None) -> Grid:
-    """The grid --grid names (a manifest, a consumer plan, or a consumer grid derived from the
-    engine's limits: points.consumer); else the oracle presets' small grid, or the grid
-    derived from the engine's own limits (points.derived_grid)."""
+def grid_for(engine: Engine, choice: GridChoice | None = None) -> Grid:
+    """The grid --grid chose (read before the engine started: inputs.Inputs.grid) for this
+    engine; else the oracle presets' small grid, or the grid derived from the engine's own
+    limits (points.derived_grid)."""
     al = engine.spec.synthetic_acceptance_length
-    if manifest and is_derived(manifest):
-        return consumer_grid(manifest, engine.limits, al)
-    if manifest:
-        grid = read_grid_source(manifest, engine.spec.draft_depth, al)
-        assert grid is not None
-        return grid
+    if choice is not None:
+        return choice.grid(engine.spec.draft_depth, engine.limits, al)
     if engine.spec.oracle_limits:
         return default_grid(engine.spec.draft_depth, engine.block_size, (al,),
                             large=engine.spec.preset != "tiny",
@@ -202,7 +198,7 @@ class Checkpoint:
 
 def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Path,
                         worker: str | None = None, progress=None,
-                        decode_tokens: int | None = None, repeats: int | RepeatPlan = 1,
+                        decode_tokens: int | None = None, repeats: RepeatPlan = ONE_ROUND,
                         notify: Callable[[str], None] | None = None) -> CollectionRun:
     """Collect with a checkpoint after every point (Checkpoint), build the artifact, check
     it against the validator and the published JSON Schema, write it atomically and remove

@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 venv="${SDBENCH_CONSUMER_VENV:-$root/.venv-consumer}"
 stamp="$venv/.sdbench-consumer-env"
 pip=(-m pip install -q --disable-pip-version-check)
-pin=$(sed -n 's/^CONSUMER_VERSION = "\(.*\)"$/\1/p' "$root/pytest_sdbench/export/aisimulate/vocabulary.py")
+pin=$(sed -n 's/^CONSUMER_VERSION = "\(.*\)"$/\1/p' "$root/pytest_sdbench/aisimulate/export/vocabulary.py")
 want=$(printf '%s\n' "$pin" | cat - "$root/requirements/consumer.txt" "$root/pyproject.toml" \
        | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

@@ -19,22 +19,15 @@ def _artifacts_in_a_tmp_dir(pytestconfig, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def sdbench_collect(pytestconfig, sdbench_engine, sdbench_grid, tmp_path_factory):
+def sdbench_collect(sdbench_collect, tmp_path_factory):
     """The package's own tests collect as machinery, not as profiles a user asked for: the
-    plugin's fixture, less what it says to the user (a line in the sdbench summary, progress
-    on the terminal, the artifact hook). The summary of `pytest` in this checkout then names
-    the oracle's profile (oracle_tests, the plugin's own sdbench_collect), not the dozen
-    collections the tests make on purpose, failed ones included; the plugin's fixture itself
-    is tested as a downstream repository uses it (pytester: test_plugin, test_faults)."""
-    from pytest_sdbench.session import collect_to_artifact
-    out = tmp_path_factory.mktemp("collections")
-
-    def collect(mode=None, grid=None, decode_tokens=None, repeats=None):
-        opt = pytestconfig.getoption
-        return collect_to_artifact(sdbench_engine, mode or opt("sdbench_mode"),
-                                   grid or sdbench_grid, out, decode_tokens=decode_tokens,
-                                   repeats=repeats or opt("sdbench_repeats"))
-    return collect
+    plugin's fixture, quietly (SdbenchCollect.quietly: no line in the sdbench summary, no
+    progress on the terminal, no artifact hook). The summary of `pytest` in this checkout
+    then names the oracle's profile (oracle_tests, the plugin's fixture as it is), not the
+    dozen collections the tests make on purpose, failed ones included; what the plugin's
+    fixture says is tested as a downstream repository uses it (pytester: test_plugin,
+    test_faults)."""
+    return sdbench_collect.quietly(tmp_path_factory.mktemp("collections"))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Grids for the consumer (points.consumer), on made-up limits: the grid its direct
+"""Grids for the consumer (aisimulate.grids), on made-up limits: the grid its direct
 interpolation needs (every batch, token curves spanning each batch's whole range, KV curves to
 the longest prefix, decode curves to the longest context), its planned prefill axis, and the
 points of its plans mapped exactly onto ours or refused by name. The consumer's own code
@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench.cli import main
-from pytest_sdbench.points import read_grid_source
-from pytest_sdbench.points.consumer import (
+from pytest_sdbench.aisimulate.grids import (
     KV_LINE_SPACING,
     cudagraph_axis_points,
     decode_contexts,
@@ -24,6 +22,8 @@ from pytest_sdbench.points.consumer import (
     prefill_capture_sizes,
     prefill_lines,
 )
+from pytest_sdbench.cli import main
+from pytest_sdbench.inputs import grid_choice
 from pytest_sdbench.wire.points import EngineLimits, GridError, decode_max_tokens, fit_errors
 
 # qwen3-0.6b as vLLM 0.26 serves it on an H200 (the production artifacts' settings).
@@ -175,13 +175,14 @@ def test_a_collection_plan_is_read_for_its_frozen_manifest(tmp_path):
     payload = {"schema_version": 1, "prefill": [], "decode": [
         {"batch_size": 1, "total_kv_read_tokens": 256}]}
     path = _plan(tmp_path, "frozen_explicit_manifest", payload)
-    grid = read_grid_source(f"aisimulate:{path}", 3, None)
-    assert grid is not None
+    grid = grid_choice(f"aisimulate:{path}", (3,), None).by_depth[3]
     assert [d.context_tokens for d in grid.decode] == [256]
     auto = _plan(tmp_path, "native_auto_grid", None)
     with pytest.raises(GridError, match=r"point_generation\.source is .native_auto_grid."):
-        read_grid_source(f"aisimulate:{auto}", 3, None)
-    assert read_grid_source("aisimulate", 3, None) is None
+        grid_choice(f"aisimulate:{auto}", (3,), None)
+    derived = grid_choice("aisimulate", (3,), None)   # no file: the engine's limits derive it
+    assert not derived.by_depth
+    assert derived.derive is not None
 
 
 def test_collect_refuses_an_unmappable_plan_before_an_engine_starts(tmp_path, capsys):
@@ -203,13 +204,13 @@ def test_grid_for_resolves_the_consumer_grids_from_the_engines_limits(tmp_path):
     from pytest_sdbench.session import grid_for
     engine = SimpleNamespace(limits=LIMITS, spec=SimpleNamespace(
         synthetic_acceptance_length=2.78, draft_depth=3, oracle_limits=False))
-    assert grid_for(engine, "aisimulate") == direct_grid(LIMITS, 2.78)
-    assert grid_for(engine, "aisimulate-native") == native_grid(LIMITS)
+    assert grid_for(engine, grid_choice("aisimulate", (3,), 2.78)) == direct_grid(LIMITS, 2.78)
+    assert grid_for(engine, grid_choice("aisimulate-native", (3,), 2.78)) == native_grid(LIMITS)
     payload = {"schema_version": 1, "prefill": [],
                "decode": [{"batch_size": 2, "total_kv_read_tokens": 512}]}
     path = tmp_path / "points.json"
     path.write_text(json.dumps(payload))
-    grid = grid_for(engine, f"aisimulate:{path}")
+    grid = grid_for(engine, grid_choice(f"aisimulate:{path}", (3,), 2.78))
     assert [(d.batch_size, d.context_tokens, d.draft_depth, d.acceptance_length)
             for d in grid.decode] == [(2, 256, 3, 2.78)]
 

@@ -13,24 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench.artifact.store import read_json
-from pytest_sdbench.artifact.validate.report import validate_data
-from pytest_sdbench.cli import main
-from pytest_sdbench.export.aisimulate import (
+from pytest_sdbench.aisimulate.export import (
     exporting,  # export_artifact looks up its writers
     system,
 )
-from pytest_sdbench.export.aisimulate.checks import _mode_crossings
-from pytest_sdbench.export.aisimulate.exporting import export_artifact
-from pytest_sdbench.export.aisimulate.identity import (
+from pytest_sdbench.aisimulate.export.checks import _mode_crossings
+from pytest_sdbench.aisimulate.export.exporting import export_artifact
+from pytest_sdbench.aisimulate.export.identity import (
     assert_speculative,
     cell_id,
     execution_profile,
     speculative_identity,
 )
-from pytest_sdbench.export.aisimulate.options import ExportOptions
-from pytest_sdbench.export.aisimulate.selecting import Selected
-from pytest_sdbench.export.aisimulate.vocabulary import (
+from pytest_sdbench.aisimulate.export.options import ExportOptions
+from pytest_sdbench.aisimulate.export.selecting import Selected
+from pytest_sdbench.aisimulate.export.vocabulary import (
     MANIFEST_FILE,
     PREDICT_FILE,
     PROFILE_FILE,
@@ -38,6 +35,9 @@ from pytest_sdbench.export.aisimulate.vocabulary import (
     parallel_strategy,
     topology,
 )
+from pytest_sdbench.artifact.store import read_json
+from pytest_sdbench.artifact.validate.report import validate_data
+from pytest_sdbench.cli import main
 from pytest_sdbench.wire import typed
 
 from . import forge
@@ -766,7 +766,7 @@ def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, 
 def test_repeatability_counts_five_samples_as_the_consumer_does():
     """The consumer's rule on constructed samples: CV with n - 1 against 5%, agreement of
     the median with the row against 5%."""
-    from pytest_sdbench.export.repeatability import _point
+    from pytest_sdbench.aisimulate.repeatability import _point
     steady = [{"seconds": s} for s in (1.00, 1.01, 0.99, 1.02, 0.98)]
     assert _point("decode", 0, 1.0, steady)["status"] == "passed"
     assert _point("decode", 0, 1.0, steady)["source_agreement"] == "passed"
@@ -825,7 +825,7 @@ def test_rounds_give_one_sample_each_back_to_back_repeats_one_per_start():
     repeat_order 'rounds': each round is a sample; back-to-back repeats are one."""
     from types import SimpleNamespace
 
-    from pytest_sdbench.export.repeatability import assess
+    from pytest_sdbench.aisimulate.repeatability import assess
 
     def artifact(run_id, order, times):
         observations = [SimpleNamespace(point_index=0, repeat=i, round=i,

@@ -25,7 +25,7 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.inputs import check_inputs
+from pytest_sdbench.inputs import read_inputs
 from pytest_sdbench.options import InputError
 
 SUBPROCESS_TIMEOUT = 600
@@ -207,11 +207,11 @@ def test_a_k_sweep_takes_a_grid_without_decode_points(tmp_path):
     only_prefill, both = tmp_path / "prefill.json", tmp_path / "both.json"
     only_prefill.write_text(json.dumps({"prefill": prefill}))
     both.write_text(json.dumps({"prefill": prefill, "decode": decode}))
-    check_inputs({"grid": str(only_prefill), "mode": "agg", "k": (1, 2)}, cli=True)
-    check_inputs({"grid": str(both), "mode": "prefill", "k": (1, 2)}, cli=True)
+    read_inputs({"grid": str(only_prefill), "mode": "agg", "k": (1, 2)}, cli=True)
+    read_inputs({"grid": str(both), "mode": "prefill", "k": (1, 2)}, cli=True)
     for mode in ("agg", "decode"):
         with pytest.raises(InputError, match=r"^--k 1,2 with --grid: a K sweep"):
-            check_inputs({"grid": str(both), "mode": mode, "k": (1, 2)}, cli=True)
+            read_inputs({"grid": str(both), "mode": mode, "k": (1, 2)}, cli=True)
 
 
 def test_the_grid_is_checked_against_the_limits_the_engine_will_run_under(tmp_path):
@@ -224,13 +224,13 @@ def test_the_grid_is_checked_against_the_limits_the_engine_will_run_under(tmp_pa
     with pytest.raises(InputError, match=r"^--grid: does not fit the engine \(the tiny "
                        r"preset's oracle limits\): decode\[0\]\.batch_size: 17 exceeds "
                        r"max_num_seqs 16 "):
-        check_inputs(values, cli=True)
-    check_inputs({**values, "engine_arg": [("max_num_seqs", 32)]}, cli=True)
-    check_inputs({**values, "vllm_defaults": True}, cli=True)
+        read_inputs(values, cli=True)
+    read_inputs({**values, "engine_arg": [("max_num_seqs", 32)]}, cli=True)
+    read_inputs({**values, "vllm_defaults": True}, cli=True)
     with pytest.raises(InputError, match=r"^--grid: does not fit the engine \(your engine "
                        r"arguments\): decode\[0\]\.batch_size: 17 exceeds max_num_seqs 8 "
                        r"\(--engine-arg sets one\)$"):
-        check_inputs({**values, "vllm_defaults": True, "engine_arg": [("max_num_seqs", 8)]},
+        read_inputs({**values, "vllm_defaults": True, "engine_arg": [("max_num_seqs", 8)]},
                      cli=True)
 
 
@@ -239,8 +239,8 @@ def test_a_misspelt_engine_argument_is_refused_with_the_name_it_resembles():
     with pytest.raises(InputError, match=r"^--engine-arg: 'max_num_seq' is not an engine "
                        r"argument of vLLM .*: EngineArgs has no such field \(did you mean "
                        r"'max_num_seqs'\?\)$"):
-        check_inputs({"engine_arg": [("max_num_seqs", 4), ("max_num_seq", 4)]}, cli=True)
-    check_inputs({"engine_arg": [("max_num_seqs", 4), ("kv_cache_memory_bytes", 1 << 28)],
+        read_inputs({"engine_arg": [("max_num_seqs", 4), ("max_num_seq", 4)]}, cli=True)
+    read_inputs({"engine_arg": [("max_num_seqs", 4), ("kv_cache_memory_bytes", 1 << 28)],
                   "engine_config": {"block_size": 32, "seed": 1}}, cli=True)
 
 
@@ -351,8 +351,8 @@ def test_1b_the_failed_engine_was_shut_down_at_once(pytestconfig):
 
     from vllm import LLM
 
-    from pytest_sdbench.plugin import ENGINE
-    engine = pytestconfig.stash[ENGINE]   # the failed one: no test has asked for another yet
+    from pytest_sdbench.pytest_session import SdbenchSession
+    engine = SdbenchSession.of(pytestconfig).engine   # the failed one: none asked for another
     assert engine.failure.startswith("RuntimeError: injected fault")
     assert engine.closed and engine.llm is None
     assert _engine_threads() == []

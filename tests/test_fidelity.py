@@ -13,6 +13,7 @@ import statistics
 
 import pytest
 
+from pytest_sdbench.aisimulate.fidelity import mooncake_rows
 from pytest_sdbench.beside import reports_beside
 from pytest_sdbench.cli import main
 from pytest_sdbench.fidelity.match import (
@@ -53,7 +54,6 @@ from pytest_sdbench.fidelity.workload import (
     Workload,
     WorkloadError,
     check_fits,
-    mooncake_rows,
     parse_lengths,
     plan,
 )
@@ -499,7 +499,7 @@ def test_the_package_imports_no_consumer_module():
 
     import pytest_sdbench
     package = Path(pytest_sdbench.__file__).parent
-    consumer_side = package / "fidelity" / "consumer_side.py"
+    consumer_side = package / "aisimulate" / "consumer_side.py"
     for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else

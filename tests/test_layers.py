@@ -104,7 +104,7 @@ def test_sdbench_validate_runs_without_vllm(tmp_path):
 
 # ---- the package's floors: what engine/ may import, no circles, no oversized module ------
 ABOVE_THE_ENGINE = ("session", "collector", "testing", "plugin", "cli", "rank_server",
-                    "inputs", "fidelity", "export", "compare")
+                    "inputs", "fidelity", "aisimulate", "compare")
 LONGEST_MODULE = 600   # lines: a module past it is split along its sections
 
 
@@ -148,6 +148,39 @@ def test_engine_imports_nothing_above_it():
                    if module.startswith("pytest_sdbench.engine") for target in targets
                    if target == above or target.startswith(above))
     assert not wrong, "; ".join(wrong)
+
+
+# The consumer's wing (AISimulate) and the core that collects and checks a profile: the core
+# imports nothing from the wing; `--grid aisimulate` reaches it as a plain grid.
+CONSUMER_WING = "pytest_sdbench.aisimulate"
+CORE = ("points", "engine", "observer", "collector", "artifact", "wire", "session")
+
+
+def test_the_core_imports_nothing_from_the_consumer_wing():
+    graph = _import_graph()
+    core = tuple(f"pytest_sdbench.{name}" for name in CORE)
+    wrong = sorted(f"{module} imports {target}" for module, targets in graph.items()
+                   if module == core or module.startswith(core) for target in targets
+                   if target == CONSUMER_WING or target.startswith(CONSUMER_WING + "."))
+    assert not wrong, "; ".join(wrong)
+    assert CONSUMER_WING in graph, "the wing moved: name it here"
+
+
+def test_everything_that_knows_the_consumer_lives_in_its_wing():
+    """Outside the wing, no module's name says it is the consumer's (consumer*.py, an
+    aisimulate folder): a consumer version bump touches one folder."""
+    outside = sorted(str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+                     if not _module_name(p).startswith(CONSUMER_WING)
+                     and ("consumer" in p.stem or "aisimulate" in p.parts))
+    assert not outside, ", ".join(outside)
+
+
+PLUGIN_LINES = 200   # plugin.py: options, hooks and fixtures; the run's state is pytest_session's
+
+
+def test_the_plugin_is_wiring():
+    lines = len((PACKAGE / "plugin.py").read_text().splitlines())
+    assert lines <= PLUGIN_LINES, f"plugin.py is {lines} lines, over {PLUGIN_LINES}"
 
 
 def test_no_two_modules_import_each_other():

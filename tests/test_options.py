@@ -23,7 +23,7 @@ from pytest_sdbench.engine.spec import (
     EngineSpec,
     engine_spec,
 )
-from pytest_sdbench.inputs import check_inputs, spec_from_options
+from pytest_sdbench.inputs import read_inputs
 from pytest_sdbench.options import (
     CLI_PREFIX,
     OPTIONS,
@@ -248,10 +248,12 @@ def test_the_engine_arguments_reach_the_spec_as_given(tmp_path, model_root):
 def test_the_spec_carries_the_stall_bound(model_root, monkeypatch):
     """The option's value, else SDBENCH_STALL_SECONDS, else the default; the option wins."""
     monkeypatch.setenv(STALL_ENV, "7")
-    assert spec_from_options(_collect_args(["--stall-seconds", "2.5"]), 3).stall_seconds == 2.5
-    assert spec_from_options(_collect_args([]), 3).stall_seconds == 7.0
+    def spec(args):
+        return read_inputs(_collect_args(args), cli=True).engine.spec(3)
+    assert spec(["--stall-seconds", "2.5"]).stall_seconds == 2.5
+    assert spec([]).stall_seconds == 7.0
     monkeypatch.delenv(STALL_ENV)
-    assert spec_from_options(_collect_args([]), 3).stall_seconds == DEFAULT_STALL_SECONDS
+    assert spec([]).stall_seconds == DEFAULT_STALL_SECONDS
 
 
 @pytest.mark.parametrize("text, why", [("0", "must be > 0, got '0'"),
@@ -266,8 +268,8 @@ def test_a_bad_stall_bound_is_refused_naming_the_option(capsys, text, why):
 def test_a_bad_stall_variable_is_refused_before_an_engine_starts(monkeypatch):
     monkeypatch.setenv(STALL_ENV, "0")
     with pytest.raises(InputError, match=rf"^{STALL_ENV}: must be > 0, got '0'$"):
-        check_inputs(_collect_args([]), cli=True)
-    check_inputs(_collect_args(["--stall-seconds", "5"]), cli=True)   # the option stands
+        read_inputs(_collect_args([]), cli=True)
+    read_inputs(_collect_args(["--stall-seconds", "5"]), cli=True)   # the option stands
 
 
 def test_every_help_string_formats_as_argparse_formats_it():

@@ -227,7 +227,7 @@ class _Config:
 
 def test_progress_lines_are_shown_under_dash_v_only():
     """At pytest's default verbosity a line per point would break its rows of dots."""
-    from pytest_sdbench.plugin import _progress
-    assert _progress(_Config(0)) is None
-    assert _progress(_Config(-1)) is None
-    assert callable(_progress(_Config(1)))
+    from pytest_sdbench.pytest_session import progress
+    assert progress(_Config(0)) is None
+    assert progress(_Config(-1)) is None
+    assert callable(progress(_Config(1)))

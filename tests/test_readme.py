@@ -4,10 +4,8 @@ the legacy versions it reads, and the sdbench_collect fixture's signature."""
 import inspect
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
-from pytest_sdbench import plugin
-from pytest_sdbench.options import OPTIONS
+from pytest_sdbench.pytest_session import SdbenchCollect
 from pytest_sdbench.wire.contract import LEGACY_SCHEMA_VERSIONS, SCHEMA_VERSION
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -21,9 +19,7 @@ def test_the_schema_version_and_the_legacy_versions_are_the_codes():
 
 
 def test_the_collect_fixtures_signature_is_the_codes():
-    defaults = {f"sdbench_{o.dest}": o.default for o in OPTIONS}
-    config = SimpleNamespace(getoption=defaults.__getitem__)
-    collect = plugin.sdbench_collect.__wrapped__(config, None, None)   # builds, runs nothing
+    collect = SdbenchCollect(None, None, None)   # builds, runs nothing
     params = ", ".join(p.name if p.default is inspect.Parameter.empty else
                        f"{p.name}={p.default!r}"
                        for p in inspect.signature(collect).parameters.values())

@@ -17,7 +17,7 @@ from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
 from pytest_sdbench.engine.checkpoint import safetensors_shapes
 from pytest_sdbench.engine.presets import PRESETS
-from pytest_sdbench.inputs import check_inputs
+from pytest_sdbench.inputs import read_inputs
 from pytest_sdbench.options import InputError
 
 from .checkpoints import DRAFT_VOCAB, write_draft
@@ -157,7 +157,7 @@ def test_the_pytest_options_refuse_the_same_pairs(tmp_path, real_checkpoints):
         values = {name.removeprefix("--sdbench-").replace("-", "_"): value
                   for name, value in zip(spelled[::2], spelled[1::2], strict=True)}
         with pytest.raises(InputError) as refused:
-            check_inputs(values, cli=False)
+            read_inputs(values, cli=False)
         assert str(refused.value) == line.replace("{opt}", "--sdbench-"), case
 
 
@@ -170,9 +170,9 @@ def test_a_dummy_load_needs_no_weights(tmp_path, real_checkpoints, monkeypatch):
     empty = _copy(target.path, tmp_path / "config-only", weights=False)
     values = {"model": str(empty), "draft": str(draft.path)}
     with pytest.raises(InputError, match="holds no weights"):
-        check_inputs(values, cli=True)
-    check_inputs({**values, "engine_arg": [("load_format", "dummy")]}, cli=True)
-    check_inputs({**values, "engine_config": {"load_format": "DUMMY"}}, cli=True)
+        read_inputs(values, cli=True)
+    read_inputs({**values, "engine_arg": [("load_format", "dummy")]}, cli=True)
+    read_inputs({**values, "engine_config": {"load_format": "DUMMY"}}, cli=True)
 
 
 def test_what_a_folder_says_about_itself(tmp_path):
@@ -213,7 +213,7 @@ def test_an_unreadable_draft_header_is_refused_naming_the_file(tmp_path, real_ch
     broken = _copy(draft.path, tmp_path / "broken-draft", weights=False)
     (broken / "model.safetensors").write_bytes(b"\x00" * 4)
     with pytest.raises(InputError) as refused:
-        check_inputs({"model": str(target.path), "draft": str(broken)}, cli=True)
+        read_inputs({"model": str(target.path), "draft": str(broken)}, cli=True)
     assert str(refused.value) == (f"--draft: {broken}/model.safetensors: not a safetensors "
                                   "file (header length -1)")
 

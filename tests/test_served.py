@@ -25,7 +25,7 @@ from pytest_sdbench.fidelity.served_compare import (
     predicted_figures,
     served_figures,
     served_requests,
-    trace_rows,
+    trace_requests,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,8 @@ def test_the_trace_is_what_the_client_sent_and_the_step_gap_is_defined_alike():
               "errors": ["", "", "", "timeout"]}
     requests = served_requests(result)
     assert len(requests) == 3            # the failed one is no part of the trace
-    rows = trace_rows(requests)
+    from pytest_sdbench.aisimulate.fidelity import mooncake_rows
+    rows = mooncake_rows(trace_requests(requests))
     assert [(r["timestamp"], r["input_length"], r["output_length"]) for r in rows] == \
         [(0.0, 10, 4), (500.0, 20, 7), (1000.0, 30, 1)]
     assert len({h for r in rows for h in r["hash_ids"]}) == sum(len(r["hash_ids"])

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from pytest_sdbench.options import add_cli_options, positive_int, user_engine_args
+from pytest_sdbench.options import add_cli_options, positive_int
 
 from . import __doc__ as DOC
 from . import ablation, breakdown, cost, fidelity, overhead, repeatability, syncs
@@ -69,24 +69,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def bench_from(args, p: argparse.ArgumentParser) -> Bench:
-    from pytest_sdbench.engine.spec import engine_spec
-    from pytest_sdbench.inputs import check_inputs
+    from pytest_sdbench.inputs import read_inputs
     if len(args.k) != 1:
         p.error(f"--k: the benchmark runs one draft depth, got {list(args.k)}")
     try:
-        check_inputs(vars(args), cli=True)
-        spec = engine_spec(preset=args.preset, model=args.model, draft=args.draft,
-                           draft_depth=args.k[0], cuda_graphs=args.cuda_graphs,
-                           acceptance_length=args.acceptance_length,
-                           vllm_defaults=args.vllm_defaults,
-                           user_engine_args=user_engine_args(vars(args)),
-                           target_revision=args.target_revision,
-                           draft_revision=args.draft_revision,
-                           stall_seconds=args.stall_seconds)
+        inputs = read_inputs(vars(args), cli=True)
+        spec = inputs.engine.spec(inputs.depths[0])
     except ValueError as exc:
         p.error(str(exc))
-    return Bench(spec=spec, rounds=args.rounds, mode=args.mode, grid=args.grid,
-                 repeats=args.repeats, starts=args.starts, out=args.out)
+    return Bench(spec=spec, rounds=args.rounds, mode=inputs.mode, grid=inputs.grid,
+                 repeats=inputs.repeats, starts=args.starts, out=args.out)
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,8 @@ import threading
 from dataclasses import dataclass, field
 
 from pytest_sdbench.engine.spec import GRAPH_BATCHES
+from pytest_sdbench.points.choice import GridChoice
+from pytest_sdbench.wire.rounds import ONE_ROUND, RepeatPlan
 
 from .goals import Table
 
@@ -35,8 +37,8 @@ class Bench:
     spec: object                      # pytest_sdbench.engine.spec.EngineSpec
     rounds: int = 5                   # alternated runs (or profiled runs) a measurement takes
     mode: str = "agg"                 # what the collection pair collects
-    grid: str | None = None           # a grid manifest (None: the engine's default grid)
-    repeats: int = 1                  # repeats a point in the collection pair
+    grid: GridChoice | None = None    # --grid, read (None: the engine's default grid)
+    repeats: RepeatPlan = ONE_ROUND   # how the collection pair repeats a point
     starts: int = 1                   # 1: the pair on one engine; 2: an engine start each
     out: str | None = None            # where the pair's artifacts go (None: a temp folder)
     table: Table = field(default_factory=Table)

@@ -135,7 +135,7 @@ def engine_spec(preset: str | None = AUTO_PRESET, model: str | None = None,
     draft directories. A preset runs under its oracle limits (small KV cache, batch and
     length caps, eager unless cuda_graphs) unless vllm_defaults; a user's checkpoint runs
     with vLLM's defaults. The user's engine arguments apply over either. The choices are
-    checked before (inputs.check_inputs, or inputs.check_engine_choices): a model and its
+    checked before (inputs.read_inputs, or inputs.check_engine_choices): a model and its
     draft go together. stall_seconds None: default_stall_seconds()."""
     device = "cuda" if cuda_available() else "cpu"
     if model is not None and draft is not None:  # both or neither (checked before)

@@ -16,6 +16,7 @@ from ..wire.identity import ExecutionIdentity, KVCapacity
 from ..wire.model import CpuPlacement
 from ..wire.points import EngineLimits, engine_limits
 from ..wire.records import ObserverCost
+from ..wire.rounds import ONE_ROUND, RepeatPlan
 from .spec import EngineSpec
 
 
@@ -93,7 +94,7 @@ class EngineSurface:
         raise NotImplementedError
 
     def collect_to_artifact(self, mode, grid, out_dir, worker=None, progress=None,
-                            decode_tokens=None, repeats=1, notify=None):
+                            decode_tokens=None, repeats=ONE_ROUND, notify=None):
         """The whole run on the engine's ranks (only where collects_on_ranks)."""
         raise NotImplementedError(f"{type(self).__name__} collects in this process")
 
@@ -191,7 +192,7 @@ class Engine(Protocol):
     # grid: a points.Grid; returns a session.CollectionRun (both above this layer).
     def collect_to_artifact(self, mode: str, grid: Any, out_dir: str | Path,
                             worker: str | None = None, progress: Any = None,
-                            decode_tokens: int | None = None, repeats: Any = 1,
+                            decode_tokens: int | None = None, repeats: RepeatPlan = ONE_ROUND,
                             notify: Callable[[str], None] | None = None) -> Any: ...
 
 

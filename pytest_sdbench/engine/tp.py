@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire.identity import ExecutionIdentity, KVCapacity
+from ..wire.rounds import ONE_ROUND
 from . import compat
 from .spec import EngineSpec
 from .surface import EngineSurface, ServingProbe
@@ -257,7 +258,7 @@ class TensorParallelEngine(EngineSurface):
     collects_on_ranks = True
 
     def collect_to_artifact(self, mode, grid, out_dir, worker=None, progress=None,
-                            decode_tokens=None, repeats=1, notify=None):
+                            decode_tokens=None, repeats=ONE_ROUND, notify=None):
         """session.collect_to_artifact on every rank; rank 0 writes the artifact and returns
         the CollectionRun, and its notify lines (where a partial artifact is) come here."""
         return self._call("collect", progress=progress, notify=notify, mode=mode, grid=grid,

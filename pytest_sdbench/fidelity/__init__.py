@@ -8,7 +8,7 @@ latencies beside `aisimulate predict`'s, in one report folder.
     serve.py      the engine driven step by step, observed      (the engine)
     records.py    the runs as recorded                          pure
     predict.py    our interpolation rule                        pure
-    consumer.py   AISimulate's predictions, in its environment (consumer_side.py)
+    (AISimulate's predictions, in its environment: pytest_sdbench.aisimulate.fidelity)
     report.py     figures, Markdown, CSV;  plots.py: the PNGs
     run.py        measure / save / report into one folder;  command.py: the CLI
 """

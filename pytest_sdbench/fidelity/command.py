@@ -105,8 +105,8 @@ def workloads_from(args, artifact) -> list[Workload]:
 
 
 def _graph_modes(texts: list[str]) -> dict[str, str]:
-    from ..export.aisimulate.facts import parse_graph_mode
-    from ..export.aisimulate.vocabulary import UnusableInput
+    from ..aisimulate.export.facts import parse_graph_mode
+    from ..aisimulate.export.vocabulary import UnusableInput
     modes = {}
     for text in texts:
         try:

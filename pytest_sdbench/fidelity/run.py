@@ -16,12 +16,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..aisimulate.fidelity import (
+    ConsumerNotRun,
+    ConsumerRun,
+    consumer_python,
+    graph_modes,
+    run_consumer,
+)
 from ..beside import REPORT_MD, folder_beside
 from ..files import atomic_write_text
 from ..testing import restoration_violations
 from ..wire.contract import DEVICE_CUDA
 from ..wire.model import Artifact, utc_now
-from .consumer import ConsumerNotRun, consumer_python, graph_modes, run_consumer
 from .match import check_engine, read_profile
 from .predict import Interpolator
 from .records import ServingRun
@@ -35,7 +41,14 @@ from .report import (
     steps_csv,
 )
 from .serve import serve_workload
-from .workload import Lengths, Workload, check_fits
+from .workload import (
+    ARRIVAL_CONCURRENCY,
+    Lengths,
+    Workload,
+    check_fits,
+    plan,
+    workload_from_json,
+)
 
 RUN_KIND, RUN_VERSION = "pytest-sdbench/fidelity-run", 1
 RUN_FILE, PROFILE_FILE = "fidelity-run.json", "profile.json"
@@ -125,6 +138,14 @@ class FidelityReport:
         return CONSUMER in next(iter(self.figures["models"].values()))
 
 
+def consumer_run(run: ServingRun) -> ConsumerRun:
+    """A serving run as the consumer's side takes it: its steps, its workload as planned."""
+    workload = workload_from_json(run.workload)
+    return ConsumerRun(run.steps, plan(workload),
+                       workload.concurrency if workload.arrival == ARRIVAL_CONCURRENCY else None,
+                       run.observed_acceptance_length())
+
+
 def report(folder: Path, python: str | None = None, system: str | None = None,
            chosen_modes: Mapping[str, str] | None = None, plots: bool = True,
            say=lambda text: None) -> FidelityReport:
@@ -135,8 +156,9 @@ def report(folder: Path, python: str | None = None, system: str | None = None,
     consumer: dict = {}
     consumer_steps = None
     try:
-        ran = run_consumer(consumer_python(python), profile_path, artifact, runs,
-                           folder / CONSUMER_DIR, system, chosen_modes)
+        ran = run_consumer(consumer_python(python), profile_path, artifact,
+                           [consumer_run(run) for run in runs], folder / CONSUMER_DIR, system,
+                           chosen_modes)
         result = ran.result
         consumer = {"status": "run", "version": result.get("consumer", {}).get("version"),
                     "export": ran.export, "graph_modes": graph_modes(artifact,

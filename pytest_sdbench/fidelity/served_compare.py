@@ -34,7 +34,7 @@ from ..files import atomic_write_text
 from ..wire.model import Artifact, utc_now
 from .report import percentile
 from .served import read_manifest, served_results
-from .workload import PlannedRequest, mooncake_rows
+from .workload import PlannedRequest
 
 REPORT_KIND, REPORT_VERSION = "pytest-sdbench/served-fidelity", 1
 STEM = "served-fidelity"
@@ -83,13 +83,13 @@ def served_requests(result: dict) -> list[ServedRequest]:
             if not error and ttft and ttft > 0]
 
 
-def trace_rows(requests: Sequence[ServedRequest]) -> list[dict]:
-    """The run as the consumer's Mooncake rows: arrivals from the earliest send, in send
-    order; no shared prefix (vLLM's random dataset shares none)."""
+def trace_requests(requests: Sequence[ServedRequest]) -> list[PlannedRequest]:
+    """The run as it really arrived, for the consumer's Mooncake trace: arrivals from the
+    earliest send, in send order; no shared prefix (vLLM's random dataset shares none)."""
     first = min(r.start for r in requests)
     ordered = sorted(requests, key=lambda r: r.start)
-    return mooncake_rows([PlannedRequest(i, r.start - first, r.input_tokens, r.output_tokens)
-                          for i, r in enumerate(ordered)])
+    return [PlannedRequest(i, r.start - first, r.input_tokens, r.output_tokens)
+            for i, r in enumerate(ordered)]
 
 
 def _median_ms(values: Sequence[float]) -> float | None:
@@ -157,7 +157,7 @@ def compare(profile_path: Path, artifact: Artifact, served: Path, out: Path,
             modes: dict[str, str] | None = None,
             say: Callable[[str], None] = lambda line: None) -> dict:
     """The report of every served run against the consumer's prediction of its trace."""
-    from .consumer import ConsumerNotRun, PredictRun, consumer_python, predict_runs
+    from ..aisimulate.fidelity import ConsumerNotRun, ConsumerRun, consumer_python, run_consumer
     manifest = read_manifest(served)
     results = served_results(served, manifest)
     runs: list[dict[str, Any]] = []
@@ -167,14 +167,14 @@ def compare(profile_path: Path, artifact: Artifact, served: Path, out: Path,
             raise ValueError(f"--served: the run at rate {rate:g} has no request that "
                              "succeeded")
         al, al_source = acceptance_length(artifact, result)
-        runs.append({"rate": rate, "requests": requests, "rows": trace_rows(requests),
+        runs.append({"rate": rate, "requests": requests, "arrived": trace_requests(requests),
                      "al": al, "al_source": al_source, "result": result})
     consumer: dict = {"status": "not run"}
     predictions: dict[int, dict] = {}
     try:
         py = consumer_python(python)
-        done = predict_runs(py, profile_path, artifact,
-                            [PredictRun(r["rows"], None, r["al"] - 1.0) for r in runs],
+        done = run_consumer(py, profile_path, artifact,
+                            [ConsumerRun((), r["arrived"], None, r["al"]) for r in runs],
                             out / "consumer", system, modes or {})
         consumer = {"status": "run", "python": py, "export": done.export,
                     "version": done.result.get("consumer", {}).get("version")}

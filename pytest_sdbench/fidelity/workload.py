@@ -160,21 +160,6 @@ def check_fits(workload: Workload, max_model_len: int, where: str) -> None:
                             f"({longest} tokens) exceeds {where} max_model_len {max_model_len}")
 
 
-def mooncake_rows(planned: list[PlannedRequest], block: int = 512) -> list[dict]:
-    """The workload as the consumer's Mooncake trace rows: arrival in milliseconds (0 for a
-    closed loop), lengths, and hash ids of its own for every request (no shared prefix, as
-    the served prompts share none)."""
-    rows, next_id = [], 1
-    for r in planned:
-        blocks = -(-r.input_tokens // block)
-        rows.append({"timestamp": round(1e3 * (r.arrival_seconds or 0.0), 3),
-                     "input_length": r.input_tokens, "output_length": r.output_tokens,
-                     "hash_ids": list(range(next_id, next_id + blocks)),
-                     "request_id": f"req-{r.index}"})
-        next_id += blocks
-    return rows
-
-
 def workload_from_json(data: dict) -> Workload:
     """A workload as a run record keeps it (serve.workload_json)."""
     return Workload(arrival=data["arrival"],

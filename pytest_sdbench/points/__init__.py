@@ -6,21 +6,7 @@ from os import PathLike
 
 from ..wire.contract import PHASES_BY_MODE
 from ..wire.points import Grid, GridError, parse_grid
-from .consumer import is_derived, plan_grid, plan_path
 from .defaults import load_grid
-
-
-def read_grid_source(source: str, draft_depth: int, acceptance_length: float | None
-                     ) -> Grid | None:
-    """The grid --grid names, read now (before an engine starts): a manifest file, or the
-    points of a consumer plan (aisimulate:PATH); None for a grid the engine's limits derive
-    (aisimulate, aisimulate-native: points.consumer)."""
-    if is_derived(source):
-        return None
-    path = plan_path(source)
-    if path is not None:
-        return plan_grid(path, draft_depth, acceptance_length)
-    return load_grid(source)
 
 
 def check_grid_for_mode(grid: Grid, mode: str | None) -> None:

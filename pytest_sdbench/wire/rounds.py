@@ -83,10 +83,21 @@ class UntilPinned:
     max_rounds: int           # no point takes more rounds than this
 
 
+class PlanError(ValueError):
+    """A repeat plan that cannot run; .field names the plan's field (repeats, order,
+    until_pinned, max_rounds), so that a caller names its own option without reading the
+    message; str() is 'field words: why'."""
+
+    def __init__(self, field: str, why: str):
+        super().__init__(f"{field.replace('_', ' ')}: {why}")
+        self.field, self.why = field, why
+
+
 @dataclass(frozen=True)
 class RepeatPlan:
     """How a collection repeats its points (not itself part of the artifact: its
-    measurement_policy records it). Checked on construction; errors name the field."""
+    measurement_policy records it). Checked on construction; errors (PlanError) name the
+    field."""
     repeats: int = DEFAULT_REPEATS      # rounds: the fixed rounds; back_to_back: per point
     order: RepeatOrder = REPEAT_ROUNDS
     seed: int = DEFAULT_ORDER_SEED
@@ -94,23 +105,27 @@ class RepeatPlan:
 
     def __post_init__(self):
         if type(self.repeats) is not int or self.repeats < 1:
-            raise ValueError(f"repeats: must be an integer >= 1, got {self.repeats!r}")
+            raise PlanError("repeats", f"must be an integer >= 1, got {self.repeats!r}")
         if self.order not in REPEAT_ORDERS:
-            raise ValueError(f"repeat order: expected one of {REPEAT_ORDERS}, got "
-                             f"{self.order!r}")
+            raise PlanError("repeat_order", f"expected one of {REPEAT_ORDERS}, got "
+                            f"{self.order!r}")
         until = self.until_pinned
         if until is None:
             return
         if self.order == REPEAT_BACK_TO_BACK:
-            raise ValueError("until pinned: takes rounds (each round a fresh order); "
-                             "back-to-back repeats cannot be extended")
+            raise PlanError("until_pinned", "takes rounds (each round a fresh order); "
+                            "back-to-back repeats cannot be extended")
         if not 0 < until.max_half_width < 1:
-            raise ValueError(f"until pinned: the median's relative half width must lie in "
-                             f"(0, 1), got {until.max_half_width}")
+            raise PlanError("until_pinned", f"the median's relative half width must lie in "
+                            f"(0, 1), got {until.max_half_width}")
         if until.max_rounds < max(self.repeats, MIN_PINNED_ROUNDS):
-            raise ValueError(f"max rounds: {until.max_rounds} is fewer than the "
-                             f"{max(self.repeats, MIN_PINNED_ROUNDS)} rounds a point takes "
-                             f"before it can be pinned")
+            raise PlanError("max_rounds", f"{until.max_rounds} is fewer than the "
+                            f"{max(self.repeats, MIN_PINNED_ROUNDS)} rounds a point takes "
+                            f"before it can be pinned")
+
+
+# One measurement of each point: what a collection takes when no plan is given.
+ONE_ROUND = RepeatPlan(repeats=1)
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,9 @@ from collector.fpm_forward.repeatability import (
 from collector.fpm_forward.runtime_memory import validate_saved_plan
 from collector.fpm_forward.types import ParallelTopology
 
-from pytest_sdbench.artifact.store import read_json
-from pytest_sdbench.cli import main
-from pytest_sdbench.export.aisimulate.identity import assert_speculative, execution_profile
-from pytest_sdbench.export.aisimulate.selecting import export_name
-from pytest_sdbench.export.aisimulate.vocabulary import (
+from pytest_sdbench.aisimulate.export.identity import assert_speculative, execution_profile
+from pytest_sdbench.aisimulate.export.selecting import export_name
+from pytest_sdbench.aisimulate.export.vocabulary import (
     CONSUMER,
     CONSUMER_VERSION,
     ENVELOPE_FILE,
@@ -71,6 +69,8 @@ from pytest_sdbench.export.aisimulate.vocabulary import (
     SELECTOR_PREFIX,
     TABLE_POLICY,
 )
+from pytest_sdbench.artifact.store import read_json
+from pytest_sdbench.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_ARTIFACT = ROOT / "tests" / "fixtures" / "cpu-agg-v4.json"

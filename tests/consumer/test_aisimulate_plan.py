@@ -1,6 +1,6 @@
 """Planning with an export, by the consumer's own code (aisimulate 0.13.0.dev202610270000000085):
 
-- its prefill plan (PrefillSamplingProfile) equals ours (points.consumer) for engine limits;
+- its prefill plan (PrefillSamplingProfile) equals ours (aisimulate.grids) for engine limits;
 - an export's collection plan, point receipts, checkpoint and table pass its readers with its
   own hash, without the test building a plan; its repeatability freeze takes the campaign and
   says why its own assessment cannot qualify it;
@@ -42,14 +42,14 @@ from collector.fpm_forward.repeatability import (
 )
 from collector.fpm_forward.runner import _validate_points_receipts
 
-from pytest_sdbench.artifact.store import read_json
-from pytest_sdbench.export.aisimulate.vocabulary import (
+from pytest_sdbench.aisimulate.export.vocabulary import (
     CONSUMER_VERSION,
     MANIFEST_FILE,
     PREDICT_FILE,
     PROFILE_FILE,
 )
-from pytest_sdbench.points.consumer import direct_grid, native_grid, prefill_sampling
+from pytest_sdbench.aisimulate.grids import direct_grid, native_grid, prefill_sampling
+from pytest_sdbench.artifact.store import read_json
 from pytest_sdbench.wire.points import EngineLimits
 
 from .test_aisimulate_import import REVISIONS, ROOT, SYSTEM, rewrite_table, sdbench_export

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..points.choice import GridChoice
 from ..wire import typed
 from ..wire.points import (
     DecodePoint,
@@ -36,7 +37,6 @@ from ..wire.points import (
 )
 
 CONSUMER_GRID, NATIVE_GRID, PLAN_PREFIX = "aisimulate", "aisimulate-native", "aisimulate:"
-DERIVED = (CONSUMER_GRID, NATIVE_GRID)
 
 # --- The consumer's planner: collector/fpm_forward/config.py ---------------------------------
 FPM_MAX_PREFILL_CUDAGRAPH_SIZE = 2048   # its explicit prefill capture limit
@@ -320,19 +320,25 @@ def plan_grid(path: str | Path, draft_depth: int, acceptance_length: float | Non
     return map_plan(payload, draft_depth, acceptance_length, where)
 
 
-def is_derived(source: str | None) -> bool:
-    """A grid source the engine's limits resolve (no file to read before it starts)."""
-    return source in DERIVED
-
-
 def plan_path(source: str | None) -> str | None:
     return source[len(PLAN_PREFIX):] if source and source.startswith(PLAN_PREFIX) else None
 
 
-def consumer_grid(source: str, limits: EngineLimits,
-                  acceptance_length: float | None) -> Grid:
+def _native_rule(limits: EngineLimits, acceptance_length: float | None) -> Grid:
+    return native_grid(limits)   # prefill points only: no acceptance length
+
+
+def consumer_choice(source: str, depths: tuple[int, ...],
+                    acceptance_length: float | None) -> GridChoice | None:
+    """The grid a consumer spelling of --grid chooses, read now (a plan: its points for each
+    K of the run) or as the rule that derives it from the started engine's limits; None for
+    any other spelling (a manifest). GridError names what a plan holds wrong."""
     if source == NATIVE_GRID:
-        return native_grid(limits)
+        return GridChoice(source, derive=_native_rule)
     if source == CONSUMER_GRID:
-        return direct_grid(limits, acceptance_length)
-    raise GridError(f"not a consumer grid: {source!r}")
+        return GridChoice(source, derive=direct_grid)
+    path = plan_path(source)
+    if path is None:
+        return None
+    return GridChoice(source, by_depth={k: plan_grid(path, k, acceptance_length)
+                                        for k in depths})

@@ -18,9 +18,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..export.aisimulate.selecting import export_name
-from ..export.aisimulate.vocabulary import CONSUMER_ENVIRONMENT, MANIFEST_FILE
 from ..wire.contract import (
     ACCEPTANCE_SYNTHETIC,
     DEVICE_CUDA,
@@ -29,8 +28,8 @@ from ..wire.contract import (
     PHASE_PREFILL,
 )
 from ..wire.model import Artifact
-from .records import ServingRun, StepRecord
-from .workload import ARRIVAL_CONCURRENCY, mooncake_rows, plan, workload_from_json
+from .export.selecting import export_name
+from .export.vocabulary import CONSUMER_ENVIRONMENT, MANIFEST_FILE
 
 CONSUMER_PYTHON_ENV = "SDBENCH_CONSUMER_PYTHON"
 SCRIPT = Path(__file__).with_name("consumer_side.py")
@@ -116,7 +115,32 @@ def export_profile(python: str, profile_path: Path, artifact: Artifact, out: Pat
     return root, json.loads((root / MANIFEST_FILE).read_text())
 
 
-def scheduled_requests(step: StepRecord) -> dict[str, int]:
+@dataclass(frozen=True)
+class ConsumerRun:
+    """One serving run, as the consumer is asked about it (fidelity.run builds it from its
+    records: this wing reads no fidelity module)."""
+    steps: Sequence[Any]        # fidelity.records.StepRecord: each step's token counts
+    requests: Sequence[Any]     # fidelity.workload.PlannedRequest: the workload as planned
+    concurrency: int | None     # a closed loop's concurrency; None: timed arrivals
+    acceptance_length: float | None   # the run's own measured AL (None: not measured)
+
+
+def mooncake_rows(planned: Sequence[Any], block: int = 512) -> list[dict]:
+    """The workload as the consumer's Mooncake trace rows: arrival in milliseconds (0 for a
+    closed loop), lengths, and hash ids of its own for every request (no shared prefix, as
+    the served prompts share none)."""
+    rows, next_id = [], 1
+    for r in planned:
+        blocks = -(-r.input_tokens // block)
+        rows.append({"timestamp": round(1e3 * (r.arrival_seconds or 0.0), 3),
+                     "input_length": r.input_tokens, "output_length": r.output_tokens,
+                     "hash_ids": list(range(next_id, next_id + blocks)),
+                     "request_id": f"req-{r.index}"})
+        next_id += blocks
+    return rows
+
+
+def scheduled_requests(step: Any) -> dict[str, int]:
     """A step as the consumer's ForwardPassMetrics.scheduled_requests: the requests in
     prefill with their new and KV-read tokens, the decoding ones with theirs."""
     return {"num_prefill_requests": step.prefill_requests,
@@ -126,12 +150,12 @@ def scheduled_requests(step: StepRecord) -> dict[str, int]:
             "sum_decode_kv_tokens": step.decode_kv_tokens}
 
 
-def accepted_per_step(artifact: Artifact, run: ServingRun) -> float:
+def accepted_per_step(artifact: Artifact, run: ConsumerRun) -> float:
     """The consumer's nextn_accepted (drafts accepted a step): the profile's synthetic AL - 1,
     or under natural acceptance the serving run's own measured AL - 1."""
     al = artifact.speculative.synthetic_acceptance_length
     if al is None:
-        al = run.observed_acceptance_length() or 1.0
+        al = run.acceptance_length or 1.0
     return max(al - 1.0, 0.0)
 
 
@@ -153,53 +177,26 @@ class ConsumerResult:
 
 
 def run_consumer(python: str, profile_path: Path, artifact: Artifact,
-                 runs: Sequence[ServingRun], folder: Path, system: str | None = None,
+                 runs: Sequence[ConsumerRun], folder: Path, system: str | None = None,
                  chosen_modes: Mapping[str, str] | None = None,
                  timeout: float = PREDICT_TIMEOUT_SECONDS) -> ConsumerResult:
     """Export, then consumer_side.py in the consumer's Python; the folder keeps every input
     and output (export, request, traces, predict configs and reports)."""
-    steps, traces = [], []
-    for i, run in enumerate(runs):
-        steps += [{"run": i, "native_iteration_id": s.native_iteration_id,
-                   "scheduled_requests": scheduled_requests(s)} for s in run.steps]
-        workload = workload_from_json(run.workload)
-        traces.append(PredictRun(
-            mooncake_rows(plan(workload)),
-            workload.concurrency if workload.arrival == ARRIVAL_CONCURRENCY else None,
-            accepted_per_step(artifact, run)))
-    return predict_runs(python, profile_path, artifact, traces, folder, system, chosen_modes,
-                        timeout, steps)
-
-
-@dataclass(frozen=True)
-class PredictRun:
-    """One workload for `aisimulate predict`: its Mooncake rows, its fixed concurrency (None:
-    the rows' timestamps are the arrivals) and the drafts accepted a step."""
-    rows: list[dict]
-    concurrency: int | None
-    nextn_accepted: float
-
-
-def predict_runs(python: str, profile_path: Path, artifact: Artifact,
-                 runs: Sequence[PredictRun], folder: Path, system: str | None = None,
-                 chosen_modes: Mapping[str, str] | None = None,
-                 timeout: float = PREDICT_TIMEOUT_SECONDS,
-                 steps: Sequence[dict] = ()) -> ConsumerResult:
-    """Export the profile, then consumer_side.py prices the steps (if any) and predicts each
-    run's workload, in the consumer's Python."""
     folder.mkdir(parents=True, exist_ok=True)
     export, manifest = export_profile(python, profile_path, artifact, folder / "export",
                                       system_of(artifact, system), chosen_modes or {})
     limits = engine_limits(artifact)
-    predict = []
+    steps, predict_runs = [], []
     for i, run in enumerate(runs):
+        steps += [{"run": i, "native_iteration_id": s.native_iteration_id,
+                   "scheduled_requests": scheduled_requests(s)} for s in run.steps]
         trace = folder / f"run{i}-trace.jsonl"
-        trace.write_text("".join(json.dumps(row) + "\n" for row in run.rows))
-        predict.append({
+        trace.write_text("".join(json.dumps(row) + "\n" for row in mooncake_rows(run.requests)))
+        predict_runs.append({
             "run": i, "trace": str(trace), "out": str(folder / f"run{i}-predict"),
             "concurrency": run.concurrency,
-            "engine": {**limits, "nextn_accepted": round(run.nextn_accepted, 6)}})
-    request = {"export": str(export), "steps": list(steps), "runs": predict,
+            "engine": {**limits, "nextn_accepted": round(accepted_per_step(artifact, run), 6)}})
+    request = {"export": str(export), "steps": steps, "runs": predict_runs,
                "environment": dict(CONSUMER_ENVIRONMENT), "predict_timeout_seconds": timeout}
     request_path, result_path = folder / "request.json", folder / "result.json"
     request_path.write_text(json.dumps(request) + "\n")

@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..points.consumer import prefill_sampling
+from .grids import prefill_sampling
 
 PLAN_SCHEMA = ("aic_fpm_collection_plan", 11)
 PLAN_FILE, OVERRIDES_FILE = "collection-plan.json", "generator-overrides.json"

@@ -3,7 +3,7 @@ environment (AISimulate's wheel; never in the project's, and never imported by t
 
     CONSUMER_PYTHON consumer_side.py REQUEST.json RESULT.json
 
-REQUEST.json (written by pytest_sdbench/fidelity/consumer.py) names an `sdbench export --to
+REQUEST.json (written by pytest_sdbench/aisimulate/fidelity.py) names an `sdbench export --to
 aisimulate` folder, the serving runs' steps as the consumer's ForwardPassMetrics
 (scheduled_requests) and, per run, an `aisimulate predict` configuration and its workload as a
 Mooncake trace. This script:
@@ -167,4 +167,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a script, its own folder (the wing's modules: export/, grids.py, ...) is first
+    # on sys.path; none of them may shadow a module of the consumer's.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     sys.exit(main(sys.argv[1:]))

@@ -10,16 +10,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..files import out_dir_problem
-from .aisimulate.exporting import export_artifact
-from .aisimulate.facts import (
+from .export.exporting import export_artifact
+from .export.facts import (
     FACTS,
     USER_FACT_NAMES,
     check_user_value,
     parse_graph_mode,
     parse_user_fact,
 )
-from .aisimulate.options import ExportOptions, KnownConfig
-from .aisimulate.vocabulary import SYSTEM_PATTERN, Refused, UnusableInput
+from .export.options import ExportOptions, KnownConfig
+from .export.vocabulary import SYSTEM_PATTERN, Refused, UnusableInput
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNUSABLE = 0, 1, 2
 TARGETS = ("aisimulate",)

@@ -1,1 +1,0 @@
-"""Exports of artifacts into what a consumer reads; AISimulate first (`sdbench export`)."""
