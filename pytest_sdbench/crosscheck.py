@@ -101,19 +101,6 @@ def _env(engine_core: str) -> dict[str, str | None]:
     return saved
 
 
-def vllm_kwargs(artifact: Artifact) -> dict:
-    """LLM(...) arguments that configure vLLM as the profile's engine was: the profile's
-    models, K, acceptance and settings (the same resolution `sdbench fidelity` uses). No
-    option of this project's observer: no per-step graph metrics."""
-    from .engine import compat
-    from .engine.spec import engine_spec
-    from .fidelity.match import spec_choices
-    spec = engine_spec(**spec_choices(artifact))
-    kwargs = compat.engine_kwargs(spec, artifact.device)
-    kwargs.pop("cudagraph_metrics", None)
-    return kwargs
-
-
 def _drafts(llm) -> float:
     total = 0.0
     for metric in llm.get_metrics():
@@ -130,6 +117,7 @@ class VllmAlone:
         from vllm import LLM, SamplingParams
         self._params = SamplingParams
         started = time.perf_counter()
+        from .fidelity.match import vllm_kwargs
         self.llm = LLM(**vllm_kwargs(artifact))
         self.start_seconds = time.perf_counter() - started
         self.vocab = int(self.llm.llm_engine.model_config.get_vocab_size())

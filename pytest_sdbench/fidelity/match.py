@@ -195,3 +195,16 @@ def check_engine(artifact: Artifact, engine) -> list[str]:
                      f"{artifact.kv_capacity.num_blocks} blocks, this engine has "
                      f"{engine.kv_capacity.num_blocks} (sized at start-up from free memory)")
     return notes
+
+
+def vllm_kwargs(artifact: Artifact) -> dict:
+    """LLM(...) arguments that configure vLLM as the profile's engine was: the profile's
+    models, K, acceptance and settings (the one resolution of `sdbench fidelity`,
+    `crosscheck` and `serve`). No option of this project's observer: no per-step graph
+    metrics."""
+    from ..engine import compat
+    from ..engine.spec import engine_spec
+    spec = engine_spec(**spec_choices(artifact))
+    kwargs = compat.engine_kwargs(spec, artifact.device)
+    kwargs.pop("cudagraph_metrics", None)
+    return kwargs

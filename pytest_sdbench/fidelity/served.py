@@ -7,7 +7,7 @@ and ITLs) are left in the output folder beside a manifest (settings, commands, v
 for `sdbench fidelity PROFILE --served DIR` to compare with the predictions.
 
 The settings come from the one resolution crosscheck and fidelity use
-(crosscheck.vllm_kwargs: the profile's preset or models, K, acceptance, limits), with the
+(fidelity.match.vllm_kwargs: the profile's preset or models, K, acceptance, limits), with the
 scheduler's effective settings pinned from the profile's identity: `vllm serve` resolves
 vLLM's defaults for another usage context than LLM(...) (on an H200, max_num_batched_tokens
 8192 instead of 16384), so what the profile's engine had is passed explicitly. A preset's
@@ -155,7 +155,7 @@ def server_kwargs(artifact: Artifact) -> tuple[dict, dict]:
     """The engine arguments of the served engine: crosscheck's resolution of the profile's
     engine, with PINNED_SETTINGS set to the profile's effective values; and which of those
     were pinned (name -> value)."""
-    from ..crosscheck import vllm_kwargs
+    from .match import vllm_kwargs
     kwargs = vllm_kwargs(artifact)
     settings = artifact.identity.settings
     pinned = {}
@@ -348,7 +348,7 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
                     "device_name": str(artifact.identity.device_name.value)},
         "settings": {"engine_kwargs": {k: v for k, v in kwargs.items()},
                      "pinned_from_profile": pinned,
-                     "resolution": "crosscheck.vllm_kwargs (the profile's spec choices), then "
+                     "resolution": "fidelity.match.vllm_kwargs (the profile's spec choices), then "
                                    "the effective settings pinned_from_profile"},
         "workload": {"dataset": "random", "arrival": "poisson",
                      "rates": list(options.rates), "num_prompts": options.num_prompts,
