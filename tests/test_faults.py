@@ -302,15 +302,17 @@ def _say(line):
 
 @pytest.fixture
 def fault_in_the_third_point(sdbench_engine):
-    '''The worker's execute_model misbehaves on any step of 5 requests (the grid's last
-    point; the observer's start-up probe runs 4 at most): raises, or hangs until
-    pytest-timeout fires.'''
+    '''The worker's execute_model misbehaves on any decode step of 5 requests (the grid's
+    last point; the observer's start-up probe runs 4 at most, and the prompt pool's run
+    before the decode points only prefills): raises, or hangs until pytest-timeout fires.'''
     def install(kind):
         worker = compat.worker(sdbench_engine.llm)
         original = worker.execute_model
+        verify = 1 + sdbench_engine.spec.draft_depth   # a decode step's tokens a request
 
         def execute_model(scheduler_output, *args, **kwargs):
-            if len(scheduler_output.num_scheduled_tokens) == 5:
+            tokens = scheduler_output.num_scheduled_tokens
+            if len(tokens) == 5 and all(n == verify for n in tokens.values()):
                 if kind == "raise":
                     raise RuntimeError("injected fault in execute_model")
                 try:
@@ -435,8 +437,8 @@ def test_engine_error_and_timeout_never_hang_and_keep_what_was_measured(pytester
     assert "decode B=5 ctx=64 K=3 AL=natural: missing in the candidate" in said, said
 
 
-# `sdbench collect` whose engine stalls in the third point's first step of 5 requests (the
-# grid's batches are 1, 2 and 5; the observer's start-up probe runs 4 at most), after saying
+# `sdbench collect` whose engine stalls in the third point's first decode step of 5 requests
+# (the grid's batches are 1, 2 and 5; the observer's start-up probe runs 4 at most), after saying
 # so on stderr: Ctrl-C lands inside the third point however fast or loaded the machine is.
 STALL_IN_THE_THIRD_POINT = """
 import signal, sys, time
@@ -451,8 +453,13 @@ def start_local_engine(spec):
     worker = compat.worker(engine.llm)
     original = worker.execute_model
 
+    verify = 1 + spec.draft_depth   # a decode step's tokens a request
+
     def execute_model(scheduler_output, *args, **kwargs):
-        if len(scheduler_output.num_scheduled_tokens) == 5:
+        # a decode step of 5 requests: the third point's (the prompt pool's run before the
+        # decode points only prefills)
+        tokens = scheduler_output.num_scheduled_tokens
+        if len(tokens) == 5 and all(n == verify for n in tokens.values()):
             print(INSIDE, file=sys.stderr, flush=True)
             time.sleep(300)   # until Ctrl-C
         return original(scheduler_output, *args, **kwargs)
