@@ -55,7 +55,8 @@ class PromptPool:
         prefix + a block), or None where it would take over POOL_CACHE_SHARE of the cache."""
         prefixes = [p.cached_prefix_tokens + block_size for p in grid.prefill
                     if p.cached_prefix_tokens]
-        width = max([d.batch_size for d in grid.decode] + [1 for _ in prefixes[:1]], default=0)
+        width = max([d.batch_size for d in grid.decode] + ([1] if prefixes else []),
+                    default=0)
         length = max([d.context_tokens for d in grid.decode] + prefixes, default=0)
         if not width or width * length > POOL_CACHE_SHARE * cache_tokens:
             return None

@@ -20,11 +20,11 @@ Spellings of --sdbench-grid (--grid in the CLI):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..points.choice import GridChoice
+from ..points.defaults import read_json
 from ..wire import typed
 from ..wire.points import (
     DecodePoint,
@@ -237,19 +237,6 @@ def direct_grid(limits: EngineLimits, acceptance_length: float | None = None,
 
 # --- The points of a consumer plan ---------------------------------------------------------
 
-def _read_json(path: Path, what: str) -> object:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise GridError(f"{what} {path}: no such file") from None
-    except IsADirectoryError:
-        raise GridError(f"{what} {path}: is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GridError(f"{what} {path}: cannot be read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise GridError(f"{what} {path}: not JSON ({exc})") from None
-
-
 def plan_points(data: object, where: str) -> tuple[dict, str]:
     """The benchmark-points payload of a consumer plan: a collection-plan.json (schema 11)
     whose point_generation froze an explicit manifest, or the manifest itself."""
@@ -315,7 +302,7 @@ def map_plan(payload: dict, draft_depth: int, acceptance_length: float | None,
 
 
 def plan_grid(path: str | Path, draft_depth: int, acceptance_length: float | None) -> Grid:
-    payload, where = plan_points(_read_json(Path(path), "consumer plan"),
+    payload, where = plan_points(read_json(path, "consumer plan"),
                                  f"consumer plan {path}")
     return map_plan(payload, draft_depth, acceptance_length, where)
 

@@ -18,18 +18,22 @@ from ..wire.points import (
 )
 
 
-def load_grid(path: str | Path) -> Grid:
+def read_json(path: str | Path, what: str) -> object:
+    """A JSON file a grid comes from; GridError names it (`what` and the path) and why not."""
     try:
-        data = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise GridError(f"grid manifest {path}: no such file") from None
+        raise GridError(f"{what} {path}: no such file") from None
     except IsADirectoryError:
-        raise GridError(f"grid manifest {path}: is a directory, not a JSON file") from None
+        raise GridError(f"{what} {path}: is a directory, not a JSON file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise GridError(f"grid manifest {path}: cannot be read ({exc})") from None
+        raise GridError(f"{what} {path}: cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
-        raise GridError(f"grid manifest {path}: not JSON ({exc})") from None
-    return parse_grid(data)
+        raise GridError(f"{what} {path}: not JSON ({exc})") from None
+
+
+def load_grid(path: str | Path) -> Grid:
+    return parse_grid(read_json(path, "grid manifest"))
 
 
 def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),
