@@ -19,7 +19,7 @@ from pytest_sdbench.wire.model import Artifact
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
 DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json.gz",
-            EVIDENCE / "aisimulate/sdbench-agg-k3-b56ed3282aa8.json.gz"]
+            EVIDENCE / "aisimulate/sdbench-agg-k3-cd95baa72c35.json.xz"]
 
 
 def main() -> None:

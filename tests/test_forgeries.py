@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import lzma
 import math
 import random
 import re
@@ -1318,12 +1319,16 @@ def _write_hostile(tmp_path, kind: str):
             handle.write(b" " * (MAX_ARTIFACT_BYTES % (1 << 20) + 1))
     elif kind == "broken-gzip":
         path.write_bytes(gzip.compress(json.dumps(load("cpu-v6")).encode())[:4096])
+    elif kind == "xz-bomb":   # a few KiB on disk, one byte past the cap once inflated
+        path.write_bytes(lzma.compress(b" " * (MAX_ARTIFACT_BYTES + 1), preset=1))
+    elif kind == "broken-xz":
+        path.write_bytes(lzma.compress(json.dumps(load("cpu-v6")).encode())[:4096])
     return path
 
 
 HOSTILE = ["deep-arrays", "deep-in-an-artifact", "deep-objects", "duplicate-key",
            "duplicate-nested-key", "oversized", "just-over-the-cap", "huge-integer",
-           "not-utf8", "gzip-bomb", "broken-gzip"]
+           "not-utf8", "gzip-bomb", "broken-gzip", "xz-bomb", "broken-xz"]
 REASON = {"deep-arrays": f"nested 200000 levels deep, over the cap of {MAX_JSON_DEPTH}",
           "deep-in-an-artifact": "levels deep, over the cap",
           "deep-objects": "nested 50000 levels deep",
@@ -1334,7 +1339,9 @@ REASON = {"deep-arrays": f"nested 200000 levels deep, over the cap of {MAX_JSON_
           "huge-integer": "not usable JSON (ValueError: Exceeds the limit",
           "not-utf8": "not UTF-8 text",
           "gzip-bomb": f"inflates past the cap of {MAX_ARTIFACT_BYTES} bytes",
-          "broken-gzip": "gzip data that cannot be read"}
+          "broken-gzip": "gzip data that cannot be read",
+          "xz-bomb": f"inflates past the cap of {MAX_ARTIFACT_BYTES} bytes",
+          "broken-xz": "xz data that cannot be read"}
 
 
 # How each is refused before it could cost time or memory: an oversized file unread (its

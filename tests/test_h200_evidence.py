@@ -13,7 +13,8 @@ from pytest_sdbench.artifact.validate.report import validate_data
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "h200"
 ARTIFACTS = sorted(EVIDENCE.glob("artifacts-*/*.json"))
-EVERY_ARTIFACT = sorted(p for pattern in ("h200*/**/sdbench-*.json", "h200*/**/sdbench-*.json.gz")
+EVERY_ARTIFACT = sorted(p for pattern in ("h200*/**/sdbench-*.json", "h200*/**/sdbench-*.json.gz",
+                                          "h200*/**/sdbench-*.json.xz")
                         for p in EVIDENCE.parent.glob(pattern) if "-index" not in p.name)
 
 

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import lzma
 
 import pytest
 
@@ -38,4 +39,11 @@ def test_read_json_reads_a_gzipped_artifact_as_its_json(tmp_path):
     data = {"run_id": "x", "decode": [{"a": 1}]}
     path = tmp_path / "a.json.gz"
     path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert store.read_json(path) == data
+
+
+def test_read_json_reads_an_xz_artifact_as_its_json(tmp_path):
+    data = {"run_id": "x", "decode": [{"a": 1}]}
+    path = tmp_path / "a.json.xz"
+    path.write_bytes(lzma.compress(json.dumps(data).encode()))
     assert store.read_json(path) == data

@@ -3,13 +3,15 @@ reader never sees half an artifact. Reads refuse hostile JSON before parsing it:
 over MAX_ARTIFACT_BYTES (checked before it is read, and again after a gzipped file is
 inflated), nesting deeper than MAX_JSON_DEPTH (scanned before json.loads, which would
 recurse), and duplicate keys (which value would count?); each is an UnusableArtifact with one
-line that says why. A gzipped artifact (how large evidence is committed) reads as its JSON."""
+line that says why. A gzipped or xz-compressed artifact (how large evidence is committed:
+xz where it travels lighter) reads as its JSON, known by its first bytes, not its name."""
 
 from __future__ import annotations
 
 import gzip
 import io
 import json
+import lzma
 import re
 import zlib
 from array import array
@@ -82,16 +84,24 @@ def parse_json(text: str, name: str = "<input>") -> dict:
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
-def _gunzip(raw: bytes, path: Path) -> bytes:
-    """The JSON inside a gzipped file, inflated no further than the cap: a small file that
-    would inflate past it is refused, not expanded."""
+def _inflate(raw: bytes, path: Path) -> bytes:
+    """The JSON inside a gzipped or xz file, inflated no further than the cap: a small file
+    that would inflate past it is refused, not expanded."""
+    kind = "gzip" if raw.startswith(_GZIP_MAGIC) else "xz"
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
-            inflated = handle.read(MAX_ARTIFACT_BYTES + 1)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise UnusableArtifact(f"{path}: gzip data that cannot be read ({exc})") from None
+        if kind == "gzip":
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
+                inflated = handle.read(MAX_ARTIFACT_BYTES + 1)
+        else:
+            xz = lzma.LZMADecompressor()
+            inflated = xz.decompress(raw, max_length=MAX_ARTIFACT_BYTES + 1)
+            if not xz.eof and len(inflated) <= MAX_ARTIFACT_BYTES:
+                raise EOFError("the stream ends early")
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise UnusableArtifact(f"{path}: {kind} data that cannot be read ({exc})") from None
     if len(inflated) > MAX_ARTIFACT_BYTES:
         raise UnusableArtifact(f"{path}: inflates past the cap of {MAX_ARTIFACT_BYTES} bytes "
                                "(MAX_ARTIFACT_BYTES); refused")
@@ -114,8 +124,8 @@ def read_json(path: str | Path) -> dict:
     if len(raw) > MAX_ARTIFACT_BYTES:
         raise UnusableArtifact(f"{path}: over the cap of {MAX_ARTIFACT_BYTES} bytes "
                                "(MAX_ARTIFACT_BYTES); refused")
-    if raw.startswith(_GZIP_MAGIC):
-        raw = _gunzip(raw, path)
+    if raw.startswith((_GZIP_MAGIC, _XZ_MAGIC)):
+        raw = _inflate(raw, path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -94,7 +94,7 @@ def _header(path: Path) -> dict:
 
 
 def _h200(version: int) -> list[Path]:
-    committed = (p for pattern in ("sdbench-*.json", "sdbench-*.json.gz")   # large ones gzipped
+    committed = (p for pattern in ("sdbench-*.json", "sdbench-*.json.gz", "sdbench-*.json.xz")
                  for p in ROOT.glob(f"docs/evidence/h200*/**/{pattern}"))
     return [p for p in sorted(committed)
             if _header(p) == {"schema_version": version, "device": "cuda"}]
