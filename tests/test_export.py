@@ -763,6 +763,29 @@ def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, 
             round(100 * report["source_relative_difference"]["median"], 1)) == (cv, agreement)
 
 
+# The planning profile (issue 35): 5 rounds of the consumer's grid in one engine start, and
+# what docs/export.md ("Repeatability") publishes of it.
+PLANNING = ROOT / "docs/evidence/h200/aisimulate/sdbench-agg-k3-cd95baa72c35.json.xz"
+PUBLISHED_PLANNING = ("failed", 957, 692, 265, 11.3, 0.0)
+
+
+def test_repeatability_of_the_planning_profile_is_judged_for_every_point(capsys, tmp_path,
+                                                                         json_table):
+    """Five rounds, five samples a point: every point passed or unstable, none incomplete,
+    and the verdict and counts are the ones docs/export.md publishes."""
+    code, text = export(capsys, [PLANNING], tmp_path, "--system", "h200_sxm", *REVISIONS)
+    assert code == 0, text
+    root = next(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    report = json.loads((root / "repeatability.json").read_text())
+    assert {point["sample_count"] for point in report["points"]} == {5}
+    assert {point["status"] for point in report["points"]} <= {"passed", "unstable"}
+    status, points, unstable, passed, cv, agreement = PUBLISHED_PLANNING
+    assert (report["status"], len(report["points"]), report["point_counts"]) == \
+        (status, points, {"unstable": unstable, "passed": passed})
+    assert (round(100 * report["cv"]["median"], 1),
+            round(100 * report["source_relative_difference"]["median"], 1)) == (cv, agreement)
+
+
 def test_repeatability_counts_five_samples_as_the_consumer_does():
     """The consumer's rule on constructed samples: CV with n - 1 against 5%, agreement of
     the median with the row against 5%."""
