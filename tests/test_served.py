@@ -143,6 +143,25 @@ def test_the_trace_is_what_the_client_sent_and_the_step_gap_is_defined_alike():
     assert ServedRequest(0.0, 1, 1, 0.1, ()).tpot is None
 
 
+def test_served_decode_gaps_leave_out_prefills_and_count_the_batch_and_its_kv():
+    """Client timings only: a gap is decode-only when no request was in its prefill window,
+    its batch is every request between its first and last chunk at the gap's midpoint, and
+    each of those read its prompt and its tokens delivered so far."""
+    from pytest_sdbench.fidelity.served_steps import decode_gaps
+    # A: sent at 0, chunks at 1, 2, ..., 6 (15 tokens after the first: 3 a chunk).
+    # B: sent at 3.5 (its prefill until its first chunk at 4.5), chunks at 5.5 and 6.5.
+    a = ServedRequest(0.0, 100, 16, 1.0, (1.0,) * 5)
+    b = ServedRequest(3.5, 50, 5, 1.0, (1.0, 1.0))
+    gaps, mixed = decode_gaps([a, b])
+    assert mixed == 2                      # A's gaps (3, 4] and (4, 5] hold B's prefill
+    assert len(gaps) + mixed == len(a.itls) + len(b.itls)
+    assert all(g.seconds == 1.0 for g in gaps)
+    # A at 1.5 and 2.5 alone: 100 + 1 + (chunks delivered - 1) x 3; A at 5.5 with B (53);
+    # B at 5.0 with A (113 + 51); B at 6.0 alone (A's last chunk came at 6)
+    assert sorted((g.batch, g.kv_tokens) for g in gaps) == \
+        [(1, 53), (1, 101), (1, 104), (2, 164), (2, 166)]
+
+
 # ---- end to end on the CPU engine ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -218,6 +237,12 @@ def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(serve
         assert s["step_gap_median_ms"] > 0
         assert math.isfinite(s["e2e_median_ms"])
         assert "predicted" not in entry
+        steps = entry["profile_steps"]     # every served gap accounted for, once
+        priced = sum(row["gaps"] for row in steps["by_batch"].values())
+        result = json.loads((out / result_name(entry["rate"])).read_text())
+        assert steps["gaps"] == sum(len(itls) for itls in result["itls"])
+        assert priced + steps["mixed_left_out"] + sum(steps["unpriced"].values()) == \
+            steps["gaps"]
     md = (report_dir / "served-fidelity.md").read_text()
     assert "AISimulate's predictions are absent" in md
     assert "TTFT median" in md

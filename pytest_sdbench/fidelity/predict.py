@@ -149,6 +149,13 @@ class Interpolator:
         except _Unpriced as no:
             return Priced(category=no.category, detail=no.detail)
 
+    def price_decode(self, batch: int, kv: int, mode: str) -> Priced:
+        """A decode-only step of `batch` requests reading `kv` KV tokens, run `mode`."""
+        try:
+            return self._decode(batch, kv, mode)
+        except _Unpriced as no:
+            return Priced(category=no.category, detail=no.detail)
+
     # ---- the rule ---------------------------------------------------------------------
     @staticmethod
     def _in_mode(points: list[MeasuredPoint], mode: str, phase: str) -> list[MeasuredPoint]:

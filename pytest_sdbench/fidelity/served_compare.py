@@ -18,7 +18,9 @@ The figures, served and predicted, defined the same way on both sides:
   served step gap is the median of vLLM's ITLs; the predicted one is the predicted TPOT x AL
   (the consumer's tokens a step). The consumer's own per-request itl_ms is kept beside it,
   under its own name, and not compared.
-Each with e = predicted / served - 1."""
+Each with e = predicted / served - 1. Beside them, the profile's own price of every served
+decode-only step (served_steps.py): the step the engine runs while it serves, priced by the
+row that claims to be it."""
 
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..files import atomic_write_text
 from ..wire.model import Artifact, utc_now
 from .report import percentile
 from .served import read_manifest, served_results
+from .served_steps import ServedRequest, price_served_steps, served_requests
 from .workload import PlannedRequest
 
 REPORT_KIND, REPORT_VERSION = "pytest-sdbench/served-fidelity", 1
@@ -48,39 +50,6 @@ STEP_GAP_RULE = (
     "ITLs; predicted = the predicted TPOT median x AL (tokens a step).")
 TPOT_RULE = ("per request (E2E - TTFT) / (output tokens - 1), requests of more than one "
              "output token; the median over requests (vLLM's definition, on both sides)")
-
-
-@dataclass(frozen=True)
-class ServedRequest:
-    start: float          # the client's send time (its perf_counter, seconds)
-    input_tokens: int
-    output_tokens: int
-    ttft: float
-    itls: tuple[float, ...]
-
-    @property
-    def e2e(self) -> float:
-        return self.ttft + sum(self.itls)
-
-    @property
-    def tpot(self) -> float | None:
-        return (self.e2e - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 \
-            else None
-
-
-def served_requests(result: dict) -> list[ServedRequest]:
-    """The requests of a `vllm bench serve --save-detailed` result that succeeded."""
-    missing = [k for k in ("start_times", "input_lens", "output_lens", "ttfts", "itls")
-               if k not in result]
-    if missing:
-        raise ValueError(f"the result holds no {', '.join(missing)} (run `vllm bench serve` "
-                         "with --save-detailed)")
-    errors = result.get("errors") or [""] * len(result["ttfts"])
-    return [ServedRequest(float(start), int(i), int(o), float(ttft), tuple(map(float, itl)))
-            for start, i, o, ttft, itl, error in zip(
-                result["start_times"], result["input_lens"], result["output_lens"],
-                result["ttfts"], result["itls"], errors, strict=True)
-            if not error and ttft and ttft > 0]
 
 
 def trace_requests(requests: Sequence[ServedRequest]) -> list[PlannedRequest]:
@@ -192,6 +161,7 @@ def compare(profile_path: Path, artifact: Artifact, served: Path, out: Path,
             "served_acceptance_length": run["result"].get("spec_decode_acceptance_length"),
             "served": served_f, "trace": f"consumer/run{i}-trace.jsonl"
             if consumer["status"] == "run" else None}
+        entry["profile_steps"] = price_served_steps(artifact, run["requests"])
         prediction = predictions.get(i)
         if prediction is not None and "error" not in prediction:
             predicted = predicted_figures(prediction, run["al"])
@@ -234,8 +204,8 @@ def markdown(report: dict) -> str:
             lines.append(f"| {entry['rate']:g} | {label} | {_ms(entry['served'].get(key))} | "
                          f"{_ms(predicted.get(key))} | {_pct(errors.get(key))} |")
         if "predict_error" in entry:
-            lines.append(f"| {entry['rate']:g} | aisimulate predict failed | | | "
-                         f"{entry['predict_error'][:300]} |")
+            lines.append(f"| {entry['rate']:g} | aisimulate predict failed (below) | | | |")
+    lines += _steps_table(report)
     lines += ["", f"- errors: {report['definitions']['error']}",
               f"- TPOT: {report['definitions']['tpot']}",
               f"- step gap: {report['definitions']['step_gap']}",
@@ -245,7 +215,33 @@ def markdown(report: dict) -> str:
                      f"{entry['acceptance_length']:.3g} ({entry['acceptance_length_source']})"
                      f"; served tokens a chunk "
                      f"{_ms(entry['served'].get('tokens_per_chunk'))}")
+        if "predict_error" in entry:
+            lines.append(f"- rate {entry['rate']:g}: aisimulate predict failed: "
+                         f"{entry['predict_error']}")
     return "\n".join(lines) + "\n"
+
+
+def _steps_table(report: dict) -> list[str]:
+    """The profile's own price of the served decode steps (served_steps.py), by batch."""
+    entries = [e for e in report["rates"] if e.get("profile_steps")]
+    if not entries:
+        return []
+    lines = ["", "The profile's own price of the served decode steps (client gaps of "
+             "decode-only steps; served_steps.RULE):", "",
+             "| rate (req/s) | batch | gaps | served median ms | profile median ms | bias "
+             "(median e) | median abs(e) |", "|---|---|---|---|---|---|---|"]
+    for entry in entries:
+        steps = entry["profile_steps"]
+        rows = [*steps["by_batch"].items(), ("all", steps["overall"])]
+        for batch, row in rows:
+            if row:
+                lines.append(f"| {entry['rate']:g} | {batch} | {row['gaps']} | "
+                             f"{row['served_median_ms']:.2f} | {row['predicted_median_ms']:.2f}"
+                             f" | {row['bias']:+.1%} | {row['median_abs_error']:.1%} |")
+        unpriced = ", ".join(f"{n} {why}" for why, n in sorted(steps["unpriced"].items()))
+        lines.append(f"| {entry['rate']:g} | left out | {steps['mixed_left_out']} mixed"
+                     f"{'; ' + unpriced + ' unpriced' if unpriced else ''} | | | | |")
+    return lines
 
 
 def plot(report: dict, path: Path) -> Path:

@@ -1,0 +1,156 @@
+"""A served run's requests as vLLM's client recorded them (`vllm bench serve
+--save-detailed`: each request's send time, TTFT and chunk gaps), and the profile's own price
+of the decode steps they show. The server is `vllm serve` with no code of this project inside
+it, so there are no step records: only the client's timings.
+
+A request's chunks arrive at start + TTFT, then one ITL after another: one chunk a step (a
+step delivers a request's bonus token and accepted drafts at once). The gap before a chunk
+is the period of the step that made it. It is a decode-only step when no request was being
+prefilled in that window (no request's [start, start + TTFT] overlaps it); those gaps are
+the ones compared, the others are counted as mixed and left out. For a decode-only gap, at
+its midpoint:
+- the batch is every request between its first and its last chunk;
+- each of them has read its prompt and the tokens delivered so far (its chunks so far x its
+  own tokens a chunk, (output - 1) / gaps).
+The profile prices that decode step with the in-process fidelity's rule (predict.RULE, in
+the graph mode most of its decode points ran in); e = predicted / served gap - 1.
+
+What a client gap holds beyond the step: the server's output path (detokenizing, streaming)
+when it is slower than the step. It is the serving period a user sees, which is what a plan
+prices."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..wire.contract import PHASE_DECODE
+from ..wire.model import Artifact
+from .predict import Interpolator, profile_points
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    start: float          # the client's send time (its perf_counter, seconds)
+    input_tokens: int
+    output_tokens: int
+    ttft: float
+    itls: tuple[float, ...]
+
+    @property
+    def e2e(self) -> float:
+        return self.ttft + sum(self.itls)
+
+    @property
+    def tpot(self) -> float | None:
+        return (self.e2e - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 \
+            else None
+
+
+def served_requests(result: dict) -> list[ServedRequest]:
+    """The requests of a `vllm bench serve --save-detailed` result that succeeded."""
+    missing = [k for k in ("start_times", "input_lens", "output_lens", "ttfts", "itls")
+               if k not in result]
+    if missing:
+        raise ValueError(f"the result holds no {', '.join(missing)} (run `vllm bench serve` "
+                         "with --save-detailed)")
+    errors = result.get("errors") or [""] * len(result["ttfts"])
+    return [ServedRequest(float(start), int(i), int(o), float(ttft), tuple(map(float, itl)))
+            for start, i, o, ttft, itl, error in zip(
+                result["start_times"], result["input_lens"], result["output_lens"],
+                result["ttfts"], result["itls"], errors, strict=True)
+            if not error and ttft and ttft > 0]
+
+
+BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 1 << 20))
+RULE = __doc__.split("\n\n", 2)[1].replace("\n", " ")
+
+
+@dataclass(frozen=True)
+class ServedGap:
+    seconds: float        # the gap before a chunk: the period of the step that made it
+    batch: int            # requests decoding at its midpoint
+    kv_tokens: int        # their prompts and delivered tokens, together
+
+
+def _chunk_times(r: ServedRequest) -> list[float]:
+    times = [r.start + r.ttft]
+    for itl in r.itls:
+        times.append(times[-1] + itl)
+    return times
+
+
+def _overlaps(windows: Sequence[tuple[float, float]], starts: Sequence[float],
+              longest: float, lo: float, hi: float) -> bool:
+    """Whether any prefill window (sorted by start, none longer than `longest`) overlaps
+    (lo, hi)."""
+    first = bisect.bisect_left(starts, lo - longest)
+    return any(end > lo for _, end in windows[first:bisect.bisect_left(starts, hi)])
+
+
+def decode_gaps(requests: Sequence[ServedRequest]) -> tuple[list[ServedGap], int]:
+    """The decode-only gaps of a served run, and how many gaps were left out as mixed."""
+    chunks = [_chunk_times(r) for r in requests]
+    windows = sorted((r.start, r.start + r.ttft) for r in requests)
+    starts = [w[0] for w in windows]
+    longest = max((end - begin for begin, end in windows), default=0.0)
+    per_chunk = [(r.output_tokens - 1) / len(r.itls) if r.itls else 0.0 for r in requests]
+    gaps, mixed = [], 0
+    for times in chunks:
+        for lo, hi in itertools.pairwise(times):
+            if _overlaps(windows, starts, longest, lo, hi):
+                mixed += 1
+                continue
+            mid = (lo + hi) / 2
+            batch, kv = 0, 0.0
+            for r, other, tpc in zip(requests, chunks, per_chunk, strict=True):
+                if other[0] <= mid < other[-1]:
+                    batch += 1
+                    delivered = bisect.bisect_right(other, mid)   # chunks by the midpoint
+                    kv += r.input_tokens + 1 + (delivered - 1) * tpc
+            gaps.append(ServedGap(hi - lo, batch, round(kv)))
+    return gaps, mixed
+
+
+def decode_mode(artifact: Artifact) -> str:
+    modes = [o.graph_mode for o in artifact.decode]
+    return max(set(modes), key=modes.count)
+
+
+def _bucket(batch: int) -> str:
+    lo, hi = next(b for b in BUCKETS if b[0] <= batch <= b[1])
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _summary(rows: list[tuple[float, float]]) -> dict:
+    errors = [p / s - 1 for s, p in rows]
+    return {"gaps": len(rows),
+            "served_median_ms": 1e3 * statistics.median(s for s, _ in rows),
+            "predicted_median_ms": 1e3 * statistics.median(p for _, p in rows),
+            "bias": statistics.median(errors),
+            "median_abs_error": statistics.median(abs(e) for e in errors)}
+
+
+def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) -> dict:
+    """Every decode-only gap priced by the profile: the figures overall and by batch."""
+    interpolator = Interpolator(profile_points(artifact), artifact.speculative.draft_depth,
+                                artifact.speculative.synthetic_acceptance_length)
+    mode = decode_mode(artifact)
+    gaps, mixed = decode_gaps(requests)
+    priced: dict[str, list[tuple[float, float]]] = {}
+    unpriced: dict[str, int] = {}
+    for gap in gaps:
+        price = interpolator.price_decode(gap.batch, gap.kv_tokens, mode)
+        if price.seconds is None:
+            unpriced[price.category or "?"] = unpriced.get(price.category or "?", 0) + 1
+            continue
+        priced.setdefault(_bucket(gap.batch), []).append((gap.seconds, price.seconds))
+    every = [row for rows in priced.values() for row in rows]
+    return {"rule": RULE, "graph_mode": mode, "phase": PHASE_DECODE,
+            "gaps": len(gaps) + mixed, "mixed_left_out": mixed, "unpriced": unpriced,
+            "overall": _summary(every) if every else None,
+            "by_batch": {b: _summary(rows) for b, rows in sorted(
+                priced.items(), key=lambda item: int(item[0].split("-")[0]))}}
