@@ -1,3 +1,4 @@
+# ruff: noqa  (kept as it ran, beside the evidence it made)
 """Turn a `vllm bench serve --save-detailed` result into one Weka play for the consumer.
 
 Reuses pytest_sdbench.fidelity.served_compare (served_requests, trace_requests): the

@@ -1,3 +1,4 @@
+# ruff: noqa  (kept as it ran, beside the evidence it made)
 """validate-fpm's replay config, applied to the export's predict.json instead of a plan's
 predict/pilot.yaml (which `onboard plan` refuses to write for a speculative-round profile).
 

@@ -1,3 +1,4 @@
+# ruff: noqa  (kept as it ran, beside the evidence it made)
 """Arrivals and concurrency of the consumer's replay vs the Weka trace (seconds)."""
 import json, sys
 pred, trace = sys.argv[1], sys.argv[2]

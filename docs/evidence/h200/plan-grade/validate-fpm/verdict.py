@@ -1,3 +1,4 @@
+# ruff: noqa  (kept as it ran, beside the evidence it made)
 """validate-fpm's own verdict (aisimulate/support/validation.py lines 201-224), applied to a
 predict output directory: the consumer's _completion_issues on prediction.json, and
 fpm-coverage.json status == "covered". Uses the consumer's function, not a copy of it."""
