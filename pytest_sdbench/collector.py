@@ -279,8 +279,8 @@ class Collector:
             compat.set_synthetic_rates(llm, before)
 
     def _decode_prepare(self, point: DecodePoint) -> _PointState:
-        if self.pool is not None:
-            return _PointState(PHASE_DECODE, point, prompts=self.pool.batch(
+        if self.pool is not None and self.pool.covers(point.batch_size):
+            return _PointState(PHASE_DECODE, point, pooled=True, prompts=self.pool.batch(
                 point.batch_size, point.context_tokens))
         state = _PointState(PHASE_DECODE, point, prompts=[self._fresh(point.context_tokens)
                                                           for _ in range(point.batch_size)])
@@ -380,7 +380,7 @@ class Collector:
         the pool: other points ran since; with it, only a run that missed the cache is
         repeated). The GPU clock is read right before and right after the run."""
         repeat = len(state.seconds)
-        reseed = reseed and (self.pool is None or ref.phase == PHASE_PREFILL)
+        reseed = reseed and not state.pooled
 
         def measured(once):
             def run():
@@ -563,6 +563,7 @@ class _PointState:
     point: PrefillPoint | DecodePoint
     shared: list[int] = field(default_factory=list)      # prefill: the cached prefix
     prompts: list[list[int]] = field(default_factory=list)  # decode: the seeded prompts
+    pooled: bool = False        # decode: its prompts are the pool's (touched once a pass)
     warmup: tuple[int, bool] = (0, False)
     seconds: list[float] = field(default_factory=list)
 

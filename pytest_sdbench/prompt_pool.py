@@ -2,7 +2,8 @@
 
 Where POOL_CACHE_SHARE of the KV cache holds it, a collection's prompts come from one pool
 of distinct prompts: a decode point's B prompts are the first B pool prompts cut to its
-context, and a cached-prefix prefill point's shared prefix is pool prompt 0 cut to its
+context (where the share holds fewer prompts than the widest batch, the pool is that wide,
+and wider decode points seed prompts of their own, as without a pool), and a cached-prefix prefill point's shared prefix is pool prompt 0 cut to its
 prefix (+ the block EAGLE recomputes). One unbooked run of the whole pool before the decode
 points of each pass (a pass runs its prefill points first, whose fresh prompts evict) makes
 its blocks the cache's newest, computing only what was evicted; the decode points then seed
@@ -11,8 +12,8 @@ which costs one block while the cache holds it. Every run checks the cache hits 
 reports (missed_the_cache): a run whose admission missed is discarded, its prompts are
 computed again (only the missing blocks are) and the run is repeated; a second miss fails
 the point. Requests of one batch never share a block (distinct pool prompts). Without the
-pool (it does not fit), each point has prompts of its own, seeded again before each round's
-measurement."""
+pool (not one prompt fits), each point has prompts of its own, seeded again before each
+round's measurement."""
 
 from __future__ import annotations
 
@@ -52,18 +53,26 @@ class PromptPool:
     def fitting(cls, grid: Grid, block_size: int, cache_tokens: int,
                 fresh: Callable[[int], list[int]]) -> PromptPool | None:
         """The pool the grid needs (the widest decode batch, the longest context or cached
-        prefix + a block), or None where it would take over POOL_CACHE_SHARE of the cache."""
+        prefix + a block), as many of its prompts as POOL_CACHE_SHARE of the cache holds
+        (the decode points wider than that seed prompts of their own); None where not one
+        prompt fits."""
         prefixes = [p.cached_prefix_tokens + block_size for p in grid.prefill
                     if p.cached_prefix_tokens]
-        width = max([d.batch_size for d in grid.decode] + ([1] if prefixes else []),
-                    default=0)
+        widest = max([d.batch_size for d in grid.decode] + ([1] if prefixes else []),
+                     default=0)
         length = max([d.context_tokens for d in grid.decode] + prefixes, default=0)
-        if not width or width * length > POOL_CACHE_SHARE * cache_tokens:
+        width = min(widest, int(POOL_CACHE_SHARE * cache_tokens) // length) if length else 0
+        if width < 1:
             return None
         return cls(tuple(fresh(length) for _ in range(width)))
 
+    def covers(self, batch_size: int) -> bool:
+        """Whether a decode point of this batch takes its prompts from the pool."""
+        return batch_size <= len(self.prompts)
+
     def batch(self, batch_size: int, context_tokens: int) -> list[list[int]]:
         """A decode point's prompts: the first batch_size pool prompts, cut to its context."""
+        assert self.covers(batch_size), f"batch {batch_size} wider than the pool"
         return [prompt[:context_tokens] for prompt in self.prompts[:batch_size]]
 
     def prefix(self, tokens: int) -> list[int]:

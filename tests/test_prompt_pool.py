@@ -93,3 +93,42 @@ def test_a_full_cache_hit_is_what_vllm_serves_with_eagle(sdbench_engine):
         sdbench_engine.generate([prompt], sampling_params(1))
         out = sdbench_engine.generate([prompt], sampling_params(1))
         assert out[0].num_cached_tokens == full_cache_hit(length, block), length
+
+
+def test_a_pool_narrower_than_the_widest_batch_serves_the_batches_it_covers(
+        sdbench_engine, pool_grid, tmp_path, monkeypatch):
+    """Where the cache's share holds 2 pool prompts, not the 3 the widest decode point needs:
+    the batch-2 point takes the pool's prompts and seeds nothing; the batch-3 point seeds
+    prompts of its own before each of its passes, as without a pool; every row exact."""
+    from pytest_sdbench import prompt_pool
+    length = max(d.context_tokens for d in pool_grid.decode)
+    cache = sdbench_engine.kv_capacity.tokens
+    monkeypatch.setattr(prompt_pool, "POOL_CACHE_SHARE", (2 * length + 1) / cache)
+    pool = prompt_pool.PromptPool.fitting(pool_grid, sdbench_engine.block_size, cache,
+                                          sdbench_engine.fresh_tokens)
+    assert pool is not None and len(pool.prompts) == 2
+    assert (pool.covers(2), pool.covers(3)) == (True, False)
+    run = _collect(sdbench_engine, pool_grid, tmp_path)
+    counts = run.result.breakdown.counts
+    assert counts.get("seed pool") == 1 + ROUNDS
+    assert counts.get("seed decode") == 1 + ROUNDS     # the batch-3 point's own, each pass
+    assert counts.get("reseeds", 0) == 0
+    _exact(run)
+
+
+def test_the_pool_is_as_wide_as_the_share_holds():
+    """Pure: the widest batch where the share holds it, fewer prompts where it does not,
+    none where not one prompt fits."""
+    from pytest_sdbench.prompt_pool import POOL_CACHE_SHARE, PromptPool
+    grid = parse_grid({"prefill": [], "decode": [
+        {"batch_size": b, "context_tokens": 100, "draft_depth": 3, "acceptance_length": 2.0}
+        for b in (1, 8, 64)]})
+    fresh = [0].__mul__
+
+    def width(cache_tokens: int) -> int | None:
+        pool = PromptPool.fitting(grid, 16, cache_tokens, fresh)
+        return None if pool is None else len(pool.prompts)
+
+    assert width(int(64 * 100 / POOL_CACHE_SHARE) + 1) == 64
+    assert width(int(40 * 100 / POOL_CACHE_SHARE) + 1) == 40
+    assert width(int(99 / POOL_CACHE_SHARE)) is None
