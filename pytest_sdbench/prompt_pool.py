@@ -3,8 +3,9 @@
 Where POOL_CACHE_SHARE of the KV cache holds it, a collection's prompts come from one pool
 of distinct prompts: a decode point's B prompts are the first B pool prompts cut to its
 context (where the share holds fewer prompts than the widest batch, the pool is that wide,
-and wider decode points seed prompts of their own, as without a pool), and a cached-prefix prefill point's shared prefix is pool prompt 0 cut to its
-prefix (+ the block EAGLE recomputes). One unbooked run of the whole pool before the decode
+and wider decode points seed prompts of their own, as without a pool), and a cached-prefix
+prefill point's shared prefix is pool prompt 0 cut to its prefix (+ the block EAGLE
+recomputes). One unbooked run of the whole pool before the decode
 points of each pass (a pass runs its prefill points first, whose fresh prompts evict) makes
 its blocks the cache's newest, computing only what was evicted; the decode points then seed
 nothing. A cached-prefix prefill point computes its prefix again before each measurement,

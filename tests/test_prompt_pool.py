@@ -106,7 +106,8 @@ def test_a_pool_narrower_than_the_widest_batch_serves_the_batches_it_covers(
     monkeypatch.setattr(prompt_pool, "POOL_CACHE_SHARE", (2 * length + 1) / cache)
     pool = prompt_pool.PromptPool.fitting(pool_grid, sdbench_engine.block_size, cache,
                                           sdbench_engine.fresh_tokens)
-    assert pool is not None and len(pool.prompts) == 2
+    assert pool is not None
+    assert len(pool.prompts) == 2
     assert (pool.covers(2), pool.covers(3)) == (True, False)
     run = _collect(sdbench_engine, pool_grid, tmp_path)
     counts = run.result.breakdown.counts
