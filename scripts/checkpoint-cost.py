@@ -3,29 +3,26 @@
 samples (committed H200 artifacts: a production grid in rounds, and the planning profile),
 the work session.Checkpoint repeats while a collection runs.
 
-    python scripts/checkpoint-cost.py [ARTIFACT.json[.gz] ...]
+    python scripts/checkpoint-cost.py [ARTIFACT.json[.gz|.xz] ...]
 """
 
-import gzip
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from pytest_sdbench.artifact.store import write_artifact
+from pytest_sdbench.artifact.store import read_json, write_artifact  # plain, gzip or xz
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.model import Artifact
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
-DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json.gz",
+DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json.xz",
             EVIDENCE / "aisimulate/sdbench-agg-k3-cd95baa72c35.json.xz"]
 
 
 def main() -> None:
     for path in [Path(p) for p in sys.argv[1:]] or DEFAULTS:
-        with gzip.open(path) if path.suffix == ".gz" else path.open("rb") as stream:
-            artifact = typed.decode(Artifact, json.load(stream))
+        artifact = typed.decode(Artifact, read_json(path))
         with tempfile.TemporaryDirectory() as folder:
             start = time.perf_counter()
             written = write_artifact(artifact, Path(folder) / "checkpoint.json")

@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
 """Does the GPU's clock explain the fidelity run's small-batch offset? A serving run of
-scripts/plans/fidelity.txt (its folder: fidelity-run.json[.gz], steps.csv[.gz] and the
+scripts/plans/fidelity.txt (its folder: fidelity-run.json[.gz|.xz], steps.csv[.gz|.xz] and the
 gpu-clocks.csv read beside it) against the profile it was predicted from, collected with
 its own clock reading (scripts/plans/repeatability.txt: artifact, log, gpu-clocks CSV).
 Prints the SM clock and the power cap in each serving run's window, the clock at the
 profile's decode samples by batch size, and our prediction's bias by run and batch size.
-    python scripts/fidelity-clocks.py FIDELITY_DIR PROFILE.json[.gz] PROFILE.log[.gz] PROFILE.csv"""
+    python scripts/fidelity-clocks.py FIDELITY_DIR PROFILE.json[.xz] PROFILE.log[.gz] PROFILE.csv"""
 
 import csv
 import gzip
 import importlib.util
+import lzma
 import statistics as st
 import sys
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from pytest_sdbench.artifact.store import read_json  # plain or gzipped, within the caps
+from pytest_sdbench.artifact.store import read_json  # plain, gzip or xz, within the caps
 
 # one home for reading nvidia-smi's CSV and placing a collection's samples on it
 _spec = importlib.util.spec_from_file_location(
@@ -31,10 +32,22 @@ FAST_MHZ, SLOW_MHZ = 1800, 1600   # a sample read near the top of the clock rang
 
 
 def _one(folder: Path, stem: str) -> Path:
-    found = [p for p in (folder / stem, folder / f"{stem}.gz") if p.exists()]
+    found = [p for p in (folder / stem, folder / f"{stem}.gz", folder / f"{stem}.xz")
+             if p.exists()]
     if not found:
-        sys.exit(f"{folder}: no {stem} or {stem}.gz")
+        sys.exit(f"{folder}: no {stem}, {stem}.gz or {stem}.xz")
     return found[0]
+
+
+def _open_text(path: Path):
+    """A plain, gzipped or xz text file, known by its first bytes (as read_json knows them)."""
+    with path.open("rb") as handle:
+        magic = handle.read(6)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.open(path, "rt")
+    if magic == b"\xfd7zXZ\x00":
+        return lzma.open(path, "rt")
+    return open(path)
 
 
 def _spread(mhz: list[int]) -> str:
@@ -83,7 +96,7 @@ def profile_clock(artifact: str, log: str, csv_path: str) -> None:
 
 def bias_by_batch(folder: Path) -> None:
     path = _one(folder, "steps.csv")
-    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as handle:
+    with _open_text(path) as handle:
         rows = [r for r in csv.DictReader(handle) if r["kind"] == "decode" and r["ours_ms"]]
     errors: dict[tuple[str, tuple[int, int]], list[float]] = defaultdict(list)
     for r in rows:

@@ -3,17 +3,16 @@
 full gc.collect() against gc.collect(1) (the young generations, what it runs now), with no
 observation alive and with an artifact's observations alive (decoded from its JSON).
 
-    python scripts/gc-cost.py [ARTIFACT.json[.gz]]
+    python scripts/gc-cost.py [ARTIFACT.json[.gz|.xz]]
     (default: the H200 planning profile, docs/evidence/h200/aisimulate/)
 """
 
 import gc
-import gzip
-import json
 import sys
 import time
 from pathlib import Path
 
+from pytest_sdbench.artifact.store import read_json  # plain, gzip or xz, within the caps
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.model import DecodeObservation, PrefillObservation
 
@@ -32,8 +31,7 @@ def median_ms(generation: int | None) -> float:
 
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
-    with gzip.open(path) if path.suffix == ".gz" else path.open("rb") as stream:
-        data = json.load(stream)
+    data = read_json(path)
     alive: list = []
     for load in (False, True):
         if load:

@@ -38,7 +38,7 @@ H200 = ROOT / "docs" / "evidence" / "h200"
 BASES = {
     "cpu-v6": FIXTURES / "cpu-agg-v6.json",
     "cpu-v4": FIXTURES / "cpu-agg-v4.json",
-    "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json.gz",
+    "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json.xz",
     "h200-graph-v3": H200 / "artifacts-graph" / "sdbench-agg-150af679fb5a.json",
     "h200-eager-v3": H200 / "artifacts-eager" / "sdbench-agg-d7f9e6f72f75.json",
 }

@@ -3,9 +3,9 @@ index; exit codes; every argument's --help."""
 
 import dataclasses
 import errno
-import gzip
 import hashlib
 import json
+import lzma
 import os
 import signal
 import subprocess
@@ -367,12 +367,12 @@ SWEEP = {1: "sdbench-agg-8b571b189cc2.json", 2: "sdbench-agg-ca360243fd62.json"}
 
 @pytest.fixture
 def sweep(tmp_path):
-    """The H200 production sweep's K=1 and K=2 artifacts (committed gzipped, inflated here),
+    """The H200 production sweep's K=1 and K=2 artifacts (committed xz, inflated here),
     and an index of them beside them (written as `sdbench collect --k 1-2` writes it)."""
     from pytest_sdbench.artifact.sweep import write_sweep_index
     written = []
     for name in SWEEP.values():
-        (tmp_path / name).write_bytes(gzip.decompress((PRODUCTION / f"{name}.gz").read_bytes()))
+        (tmp_path / name).write_bytes(lzma.decompress((PRODUCTION / f"{name}.xz").read_bytes()))
         written.append((validate_path(tmp_path / name).artifact, tmp_path / name))
     return write_sweep_index(written, tmp_path)
 

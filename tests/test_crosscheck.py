@@ -14,7 +14,7 @@ from pytest_sdbench.wire.contract import PHASE_DECODE
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "tests" / "fixtures" / "cpu-agg-v6.json"
 H200 = ROOT / "docs" / "evidence" / "h200" / "settled" / "qwen3-8b" / \
-    "sdbench-decode-k3-635c0af72d36.json.gz"
+    "sdbench-decode-k3-635c0af72d36.json.xz"
 
 
 def _crosscheck(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

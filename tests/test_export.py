@@ -581,9 +581,9 @@ def test_a_failed_export_leaves_nothing_and_a_new_one_replaces_the_old(
 
 # --- planning with the consumer ----------------------------------------------------------------
 
-PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.gz"
-PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json.gz"
-PRODUCTION_K1 = ROOT / "docs/evidence/h200/production/sdbench-agg-8b571b189cc2.json.gz"
+PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.xz"
+PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json.xz"
+PRODUCTION_K1 = ROOT / "docs/evidence/h200/production/sdbench-agg-8b571b189cc2.json.xz"
 PRODUCTION_ARGS = ["--system", "h200_sxm", *REVISIONS, "--acceptance-length", "2.78",
                    "--graph-mode", "prefill=eager"]
 
@@ -723,10 +723,10 @@ def test_repeatability_takes_one_sample_per_engine_start_of_back_to_back_repeats
 REPEATABILITY = ROOT / "docs/evidence/h200/repeatability"
 # Issue 17's H200 pairs: two engine starts of 5 rounds each on the K=3 production grid
 REPEATABILITY_PAIRS = {
-    "qwen3-0.6b": (REPEATABILITY / "sdbench-agg-046e3aacf413.json.gz",
-                   REPEATABILITY / "sdbench-agg-9aa6bd49eaa6.json.gz"),
-    "qwen3-8b": (REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-8200f51bb8f5.json.gz",
-                 REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-2427be80c94d.json.gz"),
+    "qwen3-0.6b": (REPEATABILITY / "sdbench-agg-046e3aacf413.json.xz",
+                   REPEATABILITY / "sdbench-agg-9aa6bd49eaa6.json.xz"),
+    "qwen3-8b": (REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-8200f51bb8f5.json.xz",
+                 REPEATABILITY / "qwen3-8b-5rounds/sdbench-agg-k3-2427be80c94d.json.xz"),
 }
 
 

@@ -31,7 +31,7 @@ from pytest_sdbench.fidelity.served_compare import (
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "tests" / "fixtures" / "cpu-agg-v6.json"
 H200 = ROOT / "docs" / "evidence" / "h200" / "settled" / "qwen3-8b" / \
-    "sdbench-decode-k3-635c0af72d36.json.gz"
+    "sdbench-decode-k3-635c0af72d36.json.xz"
 RATES = ("4", "16")
 PROMPTS, INPUT, OUTPUT = 6, 24, 12
 

@@ -56,8 +56,8 @@ from .test_aisimulate_import import REVISIONS, ROOT, SYSTEM, rewrite_table, sdbe
 
 PACKAGED_SYSTEMS = Path(aisimulate_core.__file__).parent / "systems"
 AISIMULATE = Path(sys.executable).with_name("aisimulate")
-PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.gz"
-PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json.gz"
+PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.xz"
+PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json.xz"
 # The H200 profile for planning: qwen3-0.6b as served, K=3, collected with --grid aisimulate
 # (docs/export.md says how). Every agg artifact here is one engine start of one collection.
 AISIMULATE_PROFILES = ROOT / "docs/evidence/h200/aisimulate"
