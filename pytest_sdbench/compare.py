@@ -44,7 +44,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, fields
 
-from .describe import canary_line, noise_judgeable, repeat_policy
+from .describe import canary_line, noise_judgeable, policy_line, repeat_policy
 from .wire.contract import (
     MEDIAN_SE_FACTOR,
     MIN_ROUNDS_FOR_NOISE,
@@ -318,7 +318,8 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
                         compare_hosts(base.host_canary, cand.host_canary))
     sides = (("baseline", base), ("candidate", cand))
     result.problems += _side_problems("baseline", base) + _side_problems("candidate", cand)
-    result.sides = {side: [repeat_policy(a), canary_line(a.host_canary)] for side, a in sides}
+    result.sides = {side: [repeat_policy(a), policy_line(a), canary_line(a.host_canary)]
+                    for side, a in sides}
     same_order = _same_order_seed(base, cand)
     if same_order:
         result.sides["candidate"].append(same_order)

@@ -43,7 +43,8 @@ def policy_line(a: Artifact) -> str:
     if clocked:
         capped = sum(c.capped for c in clocked)
         parts.append(f"GPU clock read around every work item: {capped} of {len(clocked)} "
-                     "observations taken while capped (* in the SM MHz column)")
+                     "observations taken while capped (`sdbench show` marks them * in its SM MHz "
+                     "column)")
     return "retained steps: " + "; ".join(parts)
 
 

@@ -48,6 +48,7 @@ from .describe import (
     canary_line,
     is_legacy,
     placement_line,
+    policy_line,
     repeat_policy,
 )
 from .figures import distinct_colors, figure, png_bytes, require_matplotlib
@@ -348,8 +349,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) 
 
 
 def _describe(artifact: Artifact) -> list[str]:
-    """What the page says of an artifact: what ran, how it repeated (the policy), the host
-    canary over the collection and where its threads ran."""
+    """What the page says of an artifact: what ran, how it repeated (the policy), which
+    steps it retained and how many ran while the GPU's clock was capped, the host canary
+    over the collection and where its threads ran."""
     ident = artifact.identity
     env = artifact.environment
     return [f"mode {artifact.mode}, status {artifact.status}, {artifact.coverage.completed}/"
@@ -357,7 +359,7 @@ def _describe(artifact: Artifact) -> list[str]:
             f"({ident.device_name.value}), vLLM {ident.engine_version.value}, "
             f"K={artifact.speculative.draft_depth}, schema v{artifact.schema_version}, run "
             f"{artifact.run_id}",
-            repeat_policy(artifact), canary_line(artifact.host_canary),
+            repeat_policy(artifact), policy_line(artifact), canary_line(artifact.host_canary),
             placement_line(None if env is None else env.cpu_placement)]
 
 

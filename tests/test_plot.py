@@ -270,3 +270,28 @@ def test_every_series_has_a_colour_of_its_own_and_labels_do_not_run_together(dra
     assert _tick_labels([1, 2, 3, 4, 5, 8, 9, 16, 17, 64], log=True) == \
         ["1", "2", "3", "4", "5", "8", "", "16", "", "64"]
     assert _tick_labels([16, 17], log=False) == ["16", "17"]
+
+
+SETTLED_8B = FIXTURES.parents[1] / "docs/evidence/h200/settled/qwen3-8b"
+
+
+def test_plot_and_compare_say_how_many_samples_ran_while_the_gpu_was_capped(
+        drawing, tmp_path, capsys):
+    """The GPU clock beside each sample (issue 33): the page of `sdbench plot` and each side
+    of `sdbench compare` count the observations taken while the clock was capped, as
+    `sdbench show` does (two H200 profiles of qwen3-8b, almost all under the power cap)."""
+    base, cand = (SETTLED_8B / f"sdbench-decode-k3-{run}.json.xz"
+                  for run in ("635c0af72d36", "056a6da0b785"))
+    said = {path: sum(o.gpu_clock.capped for o in validate_path(path).artifact.decode)
+            for path in (base, cand)}
+    assert all(0 < n < 420 for n in said.values())     # a count, not all or none
+    assert main(["plot", str(base), "--out", str(tmp_path / "plots")]) == 0
+    page = (tmp_path / "plots" / "sdbench-plots.html").read_text()
+    assert f"{said[base]} of 420 observations taken while capped" in page
+    capsys.readouterr()
+    main(["compare", str(base), str(cand)])
+    out = capsys.readouterr().out
+    assert "baseline retained steps: decode: settled_steps" in out
+    for side, path in (("baseline", base), ("candidate", cand)):
+        line = next(li for li in out.splitlines() if li.startswith(f"{side} retained steps"))
+        assert f"{said[path]} of 420 observations taken while capped" in line
