@@ -57,9 +57,9 @@ def test_a_quick_write_comes_every_checkpoint_seconds(clock):
 
 
 def test_a_slow_write_keeps_to_its_share_of_the_time(clock):
-    cost = 3.0   # a large artifact: the next write waits cost / share = 30 s after it ends
+    cost = 3.0   # a large artifact: the next write waits cost / share = 60 s after it ends
     checkpoint, written = _checkpoint(clock, write_seconds=cost)
-    _points_every(checkpoint, clock, 0.5, clock.now + 120)
+    _points_every(checkpoint, clock, 0.5, clock.now + 3 * (cost + cost / CHECKPOINT_SHARE))
     gaps = [b - a for a, b in itertools.pairwise(written)]
     assert len(written) >= 3, written
     assert all(cost + cost / CHECKPOINT_SHARE <= g <= cost + cost / CHECKPOINT_SHARE + 0.6
