@@ -10,7 +10,9 @@ Three rules keep every claim of the suite true when two workers share the host:
 - one session engine: every test whose fixtures start the session's engine (the plugin's
   `sdbench_engine`, and everything built on it: sdbench_collect, the oracle's collection)
   is in one group that one worker runs (pytest_xdist_make_scheduler), so that the engine
-  starts once, as in a one-process run;
+  starts once, as in a one-process run; likewise the tests marked `xdist_group(NAME)`
+  (a module fixture that starts an engine of its own, as test_served's server), so that
+  their fixture runs once, not once a worker;
 - what times the host runs alone: a test marked `exclusive` (the compare gates, whose
   verdicts are about host time) holds a run-wide lock that no other test of the run holds
   beside it (each test's whole protocol, fixtures included, takes the lock shared); the
@@ -77,6 +79,17 @@ def _rank(item) -> int:
     return 2
 
 
+def _group(item) -> str | None:
+    """The group a worker runs whole: the session engine's (it wins: its tests must be
+    where that engine is), or the test's xdist_group mark's name; None: any worker."""
+    if ENGINE_FIXTURE in getattr(item, "fixturenames", ()):
+        return SESSION_ENGINE_GROUP
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return str(mark.args[0] if mark.args else mark.kwargs["name"])
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The long tests first (a stable sort: the order within each rank is pytest's); on an
@@ -85,8 +98,7 @@ def pytest_collection_modifyitems(config, items):
     worker = getattr(config, "workerinput", None)
     if worker is None:
         return
-    groups = {item.nodeid: SESSION_ENGINE_GROUP for item in items
-              if ENGINE_FIXTURE in getattr(item, "fixturenames", ())}
+    groups = {item.nodeid: group for item in items if (group := _group(item)) is not None}
     folder = _run_folder(worker["testrunuid"])
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"groups-{worker['workerid']}.json"

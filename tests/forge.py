@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import marshal
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,11 +44,17 @@ BASES = {
     "h200-eager-v3": H200 / "artifacts-eager" / "sdbench-agg-d7f9e6f72f75.json",
 }
 _LOADED = {name: read_json(path) for name, path in BASES.items()}  # .gz inflated
+# Each base parsed once and kept as marshal bytes: a forgery edits its own fresh copy, and
+# marshal.loads builds one about 5x as fast as copy.deepcopy (the 1.7 MB production base is
+# loaded some 260 times by the forgery corpus alone). Exact for JSON's types (dict, list,
+# str, int, float, bool, None), which are all a parsed document holds.
+_FROZEN = {name: marshal.dumps(data) for name, data in _LOADED.items()}
 PHASES = ("prefill", "decode")
 
 
 def load(name: str) -> dict:
-    return copy.deepcopy(_LOADED[name])
+    """A fresh, independent copy of the base, equal to what read_json parsed."""
+    return marshal.loads(_FROZEN[name])
 
 
 def observations(data: dict):

@@ -1,5 +1,15 @@
 """The plugin as a downstream repository uses it: options, markers, fixtures, the hook,
-xdist workers, and a clean shutdown. Engine runs go through subprocesses (one engine each)."""
+xdist workers, and a clean shutdown. Engine runs go through subprocesses (one engine each).
+
+Three pytest processes of their own, each for a reason no shared run could keep:
+- the CUDA markers' run: it imports torch (not twice in one process) and starts no engine,
+  so it stays out of the engine runs (it runs, quickly, under --sdbench-skip / -m 'not
+  sdbench_engine' too);
+- the downstream run: one process, mode decode; its claims are about that process (the
+  summary at default verbosity, the hook, no child left at session finish);
+- the xdist run: `-n 2 --dist each`, mode prefill, a conftest that holds both engines alive
+  together; its claims are about two workers' engines timing each other.
+The other cases run in this process (pytester.runpytest): they start no engine."""
 
 import json
 import os

@@ -34,6 +34,10 @@ H200 = ROOT / "docs" / "evidence" / "h200" / "settled" / "qwen3-8b" / \
     "sdbench-decode-k3-635c0af72d36.json.xz"
 RATES = ("4", "16")
 PROMPTS, INPUT, OUTPUT = 6, 24, 12
+# The tests of the `served` fixture (one server start, two bench runs: about a minute) run
+# on one xdist worker (conftest.py), so that the fixture runs once a suite, not once a
+# worker (seen: its setup twice, 73 s and 69 s, when the two tests went to both workers).
+SERVED_GROUP = "served-run"
 
 
 def _sdbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -176,6 +180,7 @@ def served(tmp_path_factory):
 
 
 @pytest.mark.sdbench_engine
+@pytest.mark.xdist_group(SERVED_GROUP)
 def test_sdbench_serve_leaves_vllms_own_results_and_a_manifest(served):
     out, done = served
     assert done.returncode == 0, done.stderr[-3000:]
@@ -215,6 +220,7 @@ def test_sdbench_serve_leaves_vllms_own_results_and_a_manifest(served):
 
 
 @pytest.mark.sdbench_engine
+@pytest.mark.xdist_group(SERVED_GROUP)
 def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(served, tmp_path):
     out, done = served
     assert done.returncode == 0, done.stderr[-3000:]
