@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..wire.contract import PHASE_DECODE
 from ..wire.model import Artifact
-from .predict import Interpolator, profile_points
+from .predict import Interpolator
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,12 @@ def decode_mode(artifact: Artifact) -> str:
     return max(set(modes), key=modes.count)
 
 
-def _bucket(batch: int) -> str:
-    lo, hi = next(b for b in BUCKETS if b[0] <= batch <= b[1])
+def _bucket(batch: int) -> tuple[int, int]:
+    return next(b for b in BUCKETS if b[0] <= batch <= b[1])
+
+
+def _label(bucket: tuple[int, int]) -> str:
+    lo, hi = bucket
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
@@ -136,11 +140,10 @@ def _summary(rows: list[tuple[float, float]]) -> dict:
 
 def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) -> dict:
     """Every decode-only gap priced by the profile: the figures overall and by batch."""
-    interpolator = Interpolator(profile_points(artifact), artifact.speculative.draft_depth,
-                                artifact.speculative.synthetic_acceptance_length)
+    interpolator = Interpolator.from_artifact(artifact)
     mode = decode_mode(artifact)
     gaps, mixed = decode_gaps(requests)
-    priced: dict[str, list[tuple[float, float]]] = {}
+    priced: dict[tuple[int, int], list[tuple[float, float]]] = {}
     unpriced: dict[str, int] = {}
     for gap in gaps:
         price = interpolator.price_decode(gap.batch, gap.kv_tokens, mode)
@@ -152,5 +155,4 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
     return {"rule": RULE, "graph_mode": mode, "phase": PHASE_DECODE,
             "gaps": len(gaps) + mixed, "mixed_left_out": mixed, "unpriced": unpriced,
             "overall": _summary(every) if every else None,
-            "by_batch": {b: _summary(rows) for b, rows in sorted(
-                priced.items(), key=lambda item: int(item[0].split("-")[0]))}}
+            "by_batch": {_label(b): _summary(rows) for b, rows in sorted(priced.items())}}
