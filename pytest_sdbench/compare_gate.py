@@ -5,8 +5,9 @@
 At configure (the controller's, before any engine starts) the baseline is read and
 validated: a missing, unreadable or invalid file is one usage error naming the option. At
 session finish (the controller's, after every xdist worker handed its runs over) each
-artifact the run's sdbench_collect wrote is compared with the baseline, with the defaults of
-`sdbench compare` (no --fail-above, no --noise-floor); the comparison goes to the sdbench
+artifact the run's sdbench_collect wrote is compared with the baseline, with the rules of
+`sdbench compare` (--sdbench-compare-fail-above is its --fail-above; no --noise-floor: too
+few rounds fail the gate as noise it cannot judge); the comparison goes to the sdbench
 section of the terminal summary. With --sdbench-compare-fail a failed gate, or a run that
 wrote no artifact to judge, fails the session (exit 1) when it would otherwise pass.
 """
@@ -27,10 +28,11 @@ def check_baseline(config, judges: bool) -> tuple[Path, Artifact] | None:
     only collects)."""
     chosen = config.getoption("sdbench_compare")
     if chosen is None:
-        if config.getoption("sdbench_compare_fail"):
-            raise pytest.UsageError(f"{spelled('compare-fail', False)}: takes "
-                                    f"{spelled('compare', False)} BASELINE (the artifact to "
-                                    "judge the run against)")
+        for name in ("compare-fail", "compare-fail-above"):
+            if config.getoption("sdbench_" + name.replace("-", "_")) not in (None, False):
+                raise pytest.UsageError(f"{spelled(name, False)}: takes "
+                                        f"{spelled('compare', False)} BASELINE (the artifact "
+                                        "to judge the run against)")
         return None
     if not judges:
         return None
@@ -58,6 +60,7 @@ def judge(session, baseline: tuple[Path, Artifact] | None, written: list[str],
     from .artifact import validate_path
     from .compare import compare, render
     base_path, base = baseline
+    fail_above = config.getoption("sdbench_compare_fail_above") or 0.0
     failed = not written
     if not written:
         summary.append(f"no artifact was written in this run: nothing to judge against "
@@ -68,7 +71,8 @@ def judge(session, baseline: tuple[Path, Artifact] | None, written: list[str],
             summary.append(f"{path}: not a valid artifact; not compared")
             failed = True
             continue
-        result = compare(base, cand, base_name=str(base_path), cand_name=str(path))
+        result = compare(base, cand, fail_above_pct=fail_above, base_name=str(base_path),
+                         cand_name=str(path))
         summary.extend(render(result).splitlines())
         failed = failed or result.failed
     if not config.getoption("sdbench_compare_fail"):

@@ -96,6 +96,19 @@ def half_width(text: str) -> float:
     return value
 
 
+def percent(text: str) -> float:
+    """A percentage >= 0: '50' or '50%'."""
+    raw = text.strip().removesuffix("%")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage like 50 or 50%, got "
+                                         f"{text!r}") from None
+    if not value >= 0:   # NaN too
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
 def stall_seconds(text: str) -> float:
     try:
         return parse_stall_seconds(text)
@@ -249,6 +262,9 @@ OPTIONS: tuple[Option, ...] = (
            "compare` gate), shown in the sdbench summary", metavar="BASELINE", commands=()),
     Option("compare-fail", "with --sdbench-compare: fail the session when the gate fails "
            "(or no artifact was written)", default=False, action="store_true", commands=()),
+    Option("compare-fail-above", "with --sdbench-compare: a point regresses only when slower "
+           "by more than its noise and PCT percent (`sdbench compare --fail-above`; default "
+           "0: its noise alone)", type=percent, metavar="PCT", commands=()),
 )
 
 

@@ -74,7 +74,7 @@ def test_the_cli_takes_exactly_the_pytest_options_less_the_prefix():
     # compare gate at session finish (compare_gate.py)
     selection = {PYTEST_PREFIX + o.name for o in OPTIONS if not o.commands}
     assert selection == {"--sdbench-skip", "--sdbench-only", "--sdbench-compare",
-                         "--sdbench-compare-fail"}
+                         "--sdbench-compare-fail", "--sdbench-compare-fail-above"}
     spelled = {CLI_PREFIX + name.removeprefix(PYTEST_PREFIX): a
                for name, a in pytest_actions.items() if name not in selection}
     assert sorted(spelled) == sorted(cli_actions)
@@ -194,7 +194,12 @@ def test_pytest_names_its_own_spelling_of_a_bad_engine_option(pytester, tmp_path
              "argument --sdbench-engine-arg: expected KEY=VALUE with a vLLM engine argument "
              "name, got 'max_num_seqs'",
              "--sdbench-stall-seconds=soon":
-             "argument --sdbench-stall-seconds: expected a number of seconds, got 'soon'"}
+             "argument --sdbench-stall-seconds: expected a number of seconds, got 'soon'",
+             "--sdbench-compare-fail-above=lots":
+             "argument --sdbench-compare-fail-above: expected a percentage like 50 or 50%, "
+             "got 'lots'",
+             "--sdbench-compare-fail-above=-5%":
+             "argument --sdbench-compare-fail-above: must be >= 0, got '-5%'"}
     for option, message in cases.items():
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", option)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, option
