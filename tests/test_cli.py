@@ -290,7 +290,8 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
     Face cache (random weights, safetensors, a draft vocabulary smaller than the target's
     with its d2t mapping; tests/checkpoints.py), loaded by vLLM's own loader, with a grid
     manifest, an output folder and engine arguments (vLLM's defaults apply to a user's
-    checkpoint; these reach the engine and the artifact). The identity reads both revisions
+    checkpoint; these reach the engine and the artifact: eager, as torch.compile on this CPU
+    took 69 s of the command's where eager takes 25). The identity reads both revisions
     from the snapshot folders and digests the configs on disk, and `sdbench export` takes
     the revisions from the artifact: the user passes none."""
     target, draft = real_checkpoints
@@ -303,7 +304,7 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
         [_sdbench(), "collect", "--mode", "agg", "--model", str(target.path),
          "--draft", str(draft.path), "--grid", str(grid), "--out", str(tmp_path / "out"),
          "--engine-arg", "max_model_len=1024", "--engine-arg", "kv_cache_memory_bytes=268435456",
-         "--engine-arg", "block_size=32"],
+         "--engine-arg", "block_size=32", "--engine-arg", "enforce_eager=true"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     (artifact,) = (tmp_path / "out").glob("sdbench-agg-*.json")
@@ -327,8 +328,10 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
         assert len(decode["accepted_tokens"]) == 2
         assert all(0 <= n <= 3 for n in decode["accepted_tokens"])
     settings = identity["settings"]
-    assert settings["user_engine_args"] == {"block_size": "32", "kv_cache_memory_bytes":
-                                            "268435456", "max_model_len": "1024"}
+    assert settings["user_engine_args"] == {"block_size": "32", "enforce_eager": "true",
+                                            "kv_cache_memory_bytes": "268435456",
+                                            "max_model_len": "1024"}
+    assert settings["enforce_eager"]["value"] is True
     assert settings["max_model_len"] == {"status": "resolved", "value": 1024, "source":
                                          "vllm_config.model_config.max_model_len",
                                          "reason": None}

@@ -273,7 +273,9 @@ def test_pytest_options_profile_real_checkpoints(pytester, real_checkpoints):
         "-p", "no:cacheprovider", f"--sdbench-model={target.path}",
         f"--sdbench-draft={draft.path}", "--sdbench-grid=grid.json",
         "--sdbench-artifact-dir=out", "--sdbench-engine-arg=max_model_len=1024",
-        "--sdbench-engine-arg=kv_cache_memory_bytes=268435456", timeout=600)
+        "--sdbench-engine-arg=kv_cache_memory_bytes=268435456",
+        # eager: vLLM's default torch.compile on a 2-core CPU adds about 45 s to the start
+        "--sdbench-engine-arg=enforce_eager=true", timeout=600)
     result.assert_outcomes(passed=1)
     (artifact,) = (pytester.path / "out").glob("sdbench-agg-*.json")
     assert validate_path(artifact).ok
