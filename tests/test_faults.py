@@ -12,7 +12,6 @@ before an engine starts.
 
 import importlib.util
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -567,36 +566,106 @@ def test_ctrl_c_mid_collection_leaves_a_partial_artifact(tmp_path):
     assert {o.repeat for o in report.artifact.decode} == set(range(REPEATS))
 
 
+# Four runs of `sdbench collect` in one process (argv: a JSON list of [scenario, grid, out,
+# temp folder], then the file the results go to), each with its own fault: "final" (the
+# final write refused: only checkpoints are written), "all" (every write refused), "fills"
+# (every write into --out after the first checkpoint refused), "interrupt" (a Ctrl-C while
+# the finished collection's artifact is checked). One engine serves the four (the first
+# run's start; the runs' shutdowns are put off to the end): a start of its own each cost
+# about 20 s, and what each run says, exits with and writes is its own all the same.
 FULL_DISK = """
-import errno, sys
+import contextlib, errno, io, json, sys, tempfile, traceback
 from pytest_sdbench import session
 from pytest_sdbench.cli import main
+from pytest_sdbench.engine import launch
 
-real = session.write_artifact
-writes = []
+start, shared = launch.start_engine, []
 
 
-def write_artifact(artifact, path):
-    writes.append(path)
-    if sys.argv[1] == "fills":   # the disk fills after the first checkpoint (--out only)
-        if len(writes) > 1 and str(path).startswith(sys.argv[3]):
+def start_engine(spec):
+    if not shared:
+        engine = start(spec)
+        shared.append((engine, engine.shutdown))
+        engine.shutdown = lambda: None   # the last run's, below
+    return shared[0][0]
+
+
+def faulty_writes(scenario, out):
+    real, writes = session.write_artifact, []
+
+    def write_artifact(artifact, path):
+        writes.append(path)
+        if scenario == "fills":   # the disk fills after the first checkpoint (--out only)
+            if len(writes) > 1 and str(path).startswith(out):
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            return real(artifact, path)
+        if scenario == "all" or not str(path).endswith((".partial.json", ".unchecked.json")):
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(artifact, path)
-    if sys.argv[1] == "all" or not str(path).endswith((".partial.json", ".unchecked.json")):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    return real(artifact, path)
+    return write_artifact
 
 
 def interrupted(data):   # a Ctrl-C while the finished collection's artifact is checked
     raise KeyboardInterrupt
 
 
-if sys.argv[1] == "interrupt":
-    session.validate_data = interrupted
-else:
-    session.write_artifact = write_artifact
-sys.exit(main(["collect", "--mode", "decode", "--grid", sys.argv[2], "--out", sys.argv[3]]))
+def run(scenario, grid, out, temp):
+    with contextlib.ExitStack() as stack:
+        patch = stack.enter_context(contextlib.ExitStack())
+        for module, name, value in (
+                (session, "validate_data", interrupted) if scenario == "interrupt" else
+                (session, "write_artifact", faulty_writes(scenario, out)),
+                (tempfile, "tempdir", temp)):
+            old = getattr(module, name)
+            setattr(module, name, value)
+            patch.callback(setattr, module, name, old)
+        stdout, stderr = io.StringIO(), io.StringIO()
+        stack.enter_context(contextlib.redirect_stdout(stdout))
+        stack.enter_context(contextlib.redirect_stderr(stderr))
+        try:
+            code = main(["collect", "--mode", "decode", "--grid", grid, "--out", out])
+        except BaseException:   # noqa: BLE001 (what escaped main: its traceback is said)
+            traceback.print_exc()
+            code = None
+    return {"returncode": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
+
+
+launch.start_engine = start_engine
+results = {case[0]: run(*case) for case in json.loads(sys.argv[1])}
+for engine, shutdown in shared:
+    shutdown()
+with open(sys.argv[2], "w") as f:
+    json.dump(results, f)
 """
+
+
+class _Run:
+    """What one run of FULL_DISK said and how it exited (as subprocess.run's result)."""
+
+    def __init__(self, returncode: int | None, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory) -> dict[str, tuple[_Run, Path, Path]]:
+    """The four FULL_DISK runs, once a module (its tests share an xdist group): by scenario,
+    the run, its --out folder and its temp folder."""
+    root = tmp_path_factory.mktemp("full-disk")
+    grid = _grid(root, batches=(1, 2))
+    folders = {}
+    for scenario in ("final", "all", "fills", "interrupt"):
+        (root / scenario / "tmp").mkdir(parents=True)
+        folders[scenario] = (root / scenario / "out", root / scenario / "tmp")
+    cases = [[name, grid, str(out), str(temp)] for name, (out, temp) in folders.items()]
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, json.dumps(cases),
+                           str(root / "results.json")],
+                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((root / "results.json").read_text())
+    return {name: (_Run(**results[name]), *folders[name]) for name in folders}
+
+
+FULL_DISK_GROUP = "full-disk"   # one worker runs the module fixture's four runs once
 
 
 def _unchecked(out_dir):
@@ -605,12 +674,10 @@ def _unchecked(out_dir):
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
+@pytest.mark.xdist_group(FULL_DISK_GROUP)
 @pytest.mark.parametrize("failing", ["final", "all"])
-def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path, failing):
-    out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-c", FULL_DISK, failing,
-                             _grid(tmp_path, batches=(1, 2)), str(out)],
-                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(full_disk, failing):
+    result, out, _ = full_disk[failing]
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert "decode[0]" in result.stdout
@@ -636,17 +703,13 @@ def test_a_full_disk_still_prints_the_table_and_says_where_the_data_is(tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
-def test_a_disk_that_fills_after_the_first_checkpoint_loses_no_measured_point(tmp_path):
+@pytest.mark.xdist_group(FULL_DISK_GROUP)
+def test_a_disk_that_fills_after_the_first_checkpoint_loses_no_measured_point(full_disk):
     """ENOSPC at every write into --out after the first checkpoint (1 of 2 points): the
     stale checkpoint is removed, the final write tried again and refused again, and the
     checked artifact with both points goes to the temp folder, which the message names with
     the count. Issue 38: the checkpoint named held 0/12 points, the 12 only on stdout."""
-    out, rescue = tmp_path / "out", tmp_path / "tmp"
-    rescue.mkdir()
-    result = subprocess.run([sys.executable, "-c", FULL_DISK, "fills",
-                             _grid(tmp_path, batches=(1, 2)), str(out)],
-                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
-                            env={**os.environ, "TMPDIR": str(rescue)})
+    result, out, rescue = full_disk["fills"]
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert "could not write the checkpoint" in result.stderr
@@ -668,14 +731,12 @@ def test_a_disk_that_fills_after_the_first_checkpoint_loses_no_measured_point(tm
 
 @pytest.mark.slow
 @pytest.mark.sdbench_engine
-def test_ctrl_c_after_the_last_point_names_what_was_kept_and_what_it_is(tmp_path):
+@pytest.mark.xdist_group(FULL_DISK_GROUP)
+def test_ctrl_c_after_the_last_point_names_what_was_kept_and_what_it_is(full_disk):
     """Every point measured, then a Ctrl-C while the artifact is checked: exit 130, no
     `.partial.json` claiming 'complete', one line naming the file that holds every point
     and saying it was never checked."""
-    out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-c", FULL_DISK, "interrupt",
-                             _grid(tmp_path, batches=(1, 2)), str(out)],
-                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    result, out, _ = full_disk["interrupt"]
     assert result.returncode == 130, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert _partials(out) == []
