@@ -166,6 +166,42 @@ def test_served_decode_gaps_leave_out_prefills_and_count_the_batch_and_its_kv():
         [(1, 53), (1, 101), (1, 104), (2, 164), (2, 166)]
 
 
+def test_a_mixed_gap_is_the_step_that_ended_a_prefill_read_at_the_lag_the_run_shows():
+    """B's prefill (its window 2.5 to 7) overlaps three of A's gaps; the longest sits one
+    chunk before B's first chunk (which came with A's at 7: vLLM hands a step's output on
+    while the next step runs), so the lag is 1 and that gap is the mixed step, of A decoding
+    and B's prompt; the other two are left out (B waiting). Every overlapped gap is one or
+    the other."""
+    from pytest_sdbench.fidelity.served_steps import decode_gaps, mixed_gaps
+    a = ServedRequest(0.0, 100, 7, 1.0, (1.0, 1.0, 3.0, 1.0, 1.0, 1.0))   # chunks 1,2,3,6..9
+    b = ServedRequest(2.5, 40, 3, 4.5, (1.0, 1.0))                        # chunks 7, 8, 9
+    gaps, waiting, lag = mixed_gaps([a, b])
+    assert lag == {"lag_chunks": 1, "median_gap_ms_by_lag": {0: 1e3, 1: 3e3, 2: 1e3}}
+    assert [(g.seconds, g.decoding, g.prompts) for g in gaps] == [(3.0, 1, (40,))]
+    assert waiting == 2
+    assert len(gaps) + waiting == decode_gaps([a, b])[1]
+
+
+def test_a_mixed_step_is_priced_as_one_prefill_of_all_its_requests_and_tokens():
+    """predict.RULE's mixed rule from totals: 1 decoding request (1 + K = 4 tokens) beside a
+    1024-token prompt is a prefill step of 2 requests and 1028 tokens, linear in B between
+    the measured batches 1 and 4; the mode is that of the prefill points at that many tokens."""
+    from pytest_sdbench.fidelity.predict import Interpolator, MeasuredPoint
+    points = [MeasuredPoint("prefill", i, mode, b, t, 0, s) for i, (mode, b, t, s) in
+              enumerate([("piecewise", 1, 256, 0.010), ("eager", 1, 1024, 0.020),
+                         ("eager", 1, 4096, 0.080), ("eager", 4, 1024, 0.030),
+                         ("eager", 4, 4096, 0.110)])]
+    rule = Interpolator(points, draft_depth=3, acceptance_length=None)
+    assert [rule.prefill_mode(t) for t in (100, 256, 257, 1028, 9999)] == \
+        ["piecewise", "piecewise", "eager", "eager", "eager"]
+    at_1 = 0.020 + (0.080 - 0.020) * 4 / 3072
+    at_4 = 0.030 + (0.110 - 0.030) * 4 / 3072
+    priced = rule.price_mixed(1, 1, 1024, "eager")
+    assert priced.seconds == pytest.approx(at_1 + (at_4 - at_1) / 3)
+    assert priced.how == "between batches 1 and 4"
+    assert rule.price_mixed(4, 1, 1024, "eager").category == "off-grid: batch"
+
+
 # ---- end to end on the CPU engine ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -203,7 +239,10 @@ def test_sdbench_serve_leaves_vllms_own_results_and_a_manifest(served):
     with pytest.raises(ProcessLookupError):
         os.killpg(manifest["server"]["pid"], 0)
     assert [r["rate"] for r in manifest["runs"]] == [float(r) for r in RATES]
+    # a seed of its own a rate (3, 4, ...): no rate's prompts cached by an earlier one
+    assert [r["seed"] for r in manifest["runs"]] == [3 + i for i in range(len(RATES))]
     for run in manifest["runs"]:
+        assert run["command"][run["command"].index("--seed") + 1] == str(run["seed"])
         assert run["returncode"] == 0
         bench = run["command"]
         assert bench[bench.index("bench"):bench.index("bench") + 2] == ["bench", "serve"]
@@ -249,6 +288,11 @@ def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(serve
         assert steps["gaps"] == sum(len(itls) for itls in result["itls"])
         assert priced + steps["mixed_left_out"] + sum(steps["unpriced"].values()) == \
             steps["gaps"]
+        mixed = steps["mixed"]   # the mixed ones: a prefill ended in them, or none did
+        assert mixed["gaps"] + mixed["waiting_left_out"] == steps["mixed_left_out"]
+        assert sum(row["gaps"] for row in mixed["by_batch"].values()) + \
+            sum(mixed["unpriced"].values()) == mixed["gaps"]
+        assert mixed["prefill_lag"]["lag_chunks"] in (0, 1, 2)
     md = (report_dir / "served-fidelity.md").read_text()
     assert "AISimulate's predictions are absent" in md
     assert "TTFT median" in md

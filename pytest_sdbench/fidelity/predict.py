@@ -149,6 +149,26 @@ class Interpolator:
         except _Unpriced as no:
             return Priced(category=no.category, detail=no.detail)
 
+    def price_mixed(self, decode_requests: int, prefill_requests: int, prefill_tokens: int,
+                    mode: str) -> Priced:
+        """A mixed step from its totals (RULE's: one prefill step of all its requests and
+        scheduled tokens, each decoding request's 1 + K among them; uncached prompts)."""
+        try:
+            return self._prefill(decode_requests + prefill_requests,
+                                 prefill_tokens + decode_requests * (1 + self.draft_depth), 0,
+                                 mode)
+        except _Unpriced as no:
+            return Priced(category=no.category, detail=no.detail)
+
+    def prefill_mode(self, tokens: int) -> str | None:
+        """The graph mode the profile's prefill points ran at `tokens` scheduled tokens (the
+        mode vLLM picks by a step's token count): that of the fewest measured tokens at or
+        above it, else of the most; None without prefill points."""
+        if not self.prefill:
+            return None
+        ranked = sorted(self.prefill, key=lambda p: p.tokens)
+        return next((p for p in ranked if p.tokens >= tokens), ranked[-1]).graph_mode
+
     def price_decode(self, batch: int, kv: int, mode: str) -> Priced:
         """A decode-only step of `batch` requests reading `kv` KV tokens, run `mode`."""
         try:

@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompt tokens of every request")
     parser.add_argument("--output-len", type=int, required=True, metavar="O",
                         help="output tokens of every request (EOS ignored)")
-    parser.add_argument("--seed", type=int, default=0, help="the client's seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="the client's seed of the first "
+                        "rate, one more for each later rate, so that no rate's prompts are "
+                        "in the prefix cache from an earlier one (default 0)")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="folder for served-rate-R.json, the logs and served-manifest.json")
     parser.add_argument("--port", type=int, metavar="P", help="the server's port on 127.0.0.1 "

@@ -241,6 +241,33 @@ def _steps_table(report: dict) -> list[str]:
         unpriced = ", ".join(f"{n} {why}" for why, n in sorted(steps["unpriced"].items()))
         lines.append(f"| {entry['rate']:g} | left out | {steps['mixed_left_out']} mixed"
                      f"{'; ' + unpriced + ' unpriced' if unpriced else ''} | | | | |")
+    return [*lines, *_mixed_lines(entries)]
+
+
+def _mixed_lines(entries: list[dict]) -> list[str]:
+    """The served mixed steps the profile prices (served_steps.MIXED_RULE), by batch."""
+    entries = [e for e in entries if e["profile_steps"].get("mixed")]
+    if not entries:
+        return []
+    lines = ["", "The profile's own price of the served mixed steps (a request's prefill "
+             "beside the decoding ones; served_steps.MIXED_RULE; batch: decoding and "
+             "prefilled requests):", "",
+             "| rate (req/s) | batch | gaps | served median ms | profile median ms | bias "
+             "(median e) | median abs(e) |", "|---|---|---|---|---|---|---|"]
+    for entry in entries:
+        mixed = entry["profile_steps"]["mixed"]
+        for batch, row in [*mixed["by_batch"].items(), ("all", mixed["overall"])]:
+            if row:
+                lines.append(f"| {entry['rate']:g} | {batch} | {row['gaps']} | "
+                             f"{row['served_median_ms']:.2f} | {row['predicted_median_ms']:.2f}"
+                             f" | {row['bias']:+.1%} | {row['median_abs_error']:.1%} |")
+        lag = mixed["prefill_lag"]
+        by_lag = ", ".join(f"{k}: {v:.2f} ms" for k, v in lag["median_gap_ms_by_lag"].items())
+        unpriced = ", ".join(f"{n} {why}" for why, n in sorted(mixed["unpriced"].items()))
+        lines.append(f"| {entry['rate']:g} | left out | {mixed['waiting_left_out']} with no "
+                     f"prefill ending in them{'; ' + unpriced + ' unpriced' if unpriced else ''}"
+                     f"; prefill lag {lag['lag_chunks']} chunk(s) (median gap by lag: "
+                     f"{by_lag}) | | | | |")
     return lines
 
 

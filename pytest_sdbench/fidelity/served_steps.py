@@ -15,6 +15,14 @@ its midpoint:
 The profile prices that decode step with the in-process fidelity's rule (predict.RULE, in
 the graph mode most of its decode points ran in); e = predicted / served gap - 1.
 
+A gap that a prefill window overlaps is a mixed step when a request's prefill ended in it:
+that request's first chunk comes from the step that computed its prompt, so it is assigned
+to the gap whose closing chunk lies nearest its own (a tie to the later). The step then holds
+those prompts (uncached: their whole input) beside the requests decoding at the gap's
+midpoint (counted as above), and the profile prices it with predict.RULE's mixed rule, in the
+graph mode its prefill points ran at that many scheduled tokens. A gap that a window overlaps
+with no prefill ending in it (a request waiting, or prefilled in chunks) is left out.
+
 What a client gap holds beyond the step: the server's output path (detokenizing, streaming)
 when it is slower than the step. It is the serving period a user sees, which is what a plan
 prices."""
@@ -66,7 +74,7 @@ def served_requests(result: dict) -> list[ServedRequest]:
 
 
 BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 1 << 20))
-RULE = __doc__.split("\n\n", 2)[1].replace("\n", " ")
+RULE, MIXED_RULE = (part.replace("\n", " ") for part in __doc__.split("\n\n")[1:3])
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,13 @@ class ServedGap:
     seconds: float        # the gap before a chunk: the period of the step that made it
     batch: int            # requests decoding at its midpoint
     kv_tokens: int        # their prompts and delivered tokens, together
+
+
+@dataclass(frozen=True)
+class MixedGap:
+    seconds: float        # the gap before a chunk: the period of the mixed step
+    decoding: int         # requests decoding at its midpoint
+    prompts: tuple[int, ...]   # the input tokens of the requests whose prefill ended in it
 
 
 def _chunk_times(r: ServedRequest) -> list[float]:
@@ -115,6 +130,75 @@ def decode_gaps(requests: Sequence[ServedRequest]) -> tuple[list[ServedGap], int
     return gaps, mixed
 
 
+def _decoding(chunks: Sequence[list[float]], mid: float, leave_out: frozenset[int]) -> int:
+    """Requests between their first and last chunk at `mid`, less `leave_out`."""
+    return sum(1 for i, times in enumerate(chunks)
+               if i not in leave_out and times[0] <= mid < times[-1])
+
+
+LAGS = (0, 1, 2)   # chunks between a prefill step's close and its request's first chunk
+
+
+def _nearest_chunks(chunks: Sequence[list[float]]) -> list[tuple[int, int, int]]:
+    """(q, r, j): request q's first chunk lies nearest r's chunk j (j >= 1, a tie to the
+    later), for every r decoding when q's first chunk came."""
+    found = []
+    for q, first in enumerate(c[0] for c in chunks):
+        for r, times in enumerate(chunks):
+            if r == q or not times[0] < first <= times[-1]:
+                continue
+            j = bisect.bisect_left(times, first)   # times[j - 1] < first <= times[j]
+            if first - times[j - 1] < times[j] - first and j > 1:
+                j -= 1
+            found.append((q, r, j))
+    return found
+
+
+def prefill_lag(chunks: Sequence[list[float]],
+                nearest: Sequence[tuple[int, int, int]]) -> tuple[int, dict[int, float]]:
+    """How many chunks a request's first chunk comes after the step that computed its
+    prompt, read from the run: the lag (of LAGS) at which the gaps of the decoding requests
+    are longest (median), and those medians in ms by lag. (vLLM's async scheduling
+    processes a step's output while the next step runs: 1 in the H200 runs of 2026-12-04.)"""
+    medians = {}
+    for lag in LAGS:
+        seconds = [chunks[r][j - lag] - chunks[r][j - lag - 1] for _, r, j in nearest
+                   if j - lag >= 1]
+        if seconds:
+            medians[lag] = 1e3 * statistics.median(seconds)
+    return max(medians, key=lambda lag: medians[lag], default=0), medians
+
+
+def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, dict]:
+    """The gaps a prefill window overlaps that are mixed steps (a request's prefill ended in
+    them), how many such gaps held none (left out), and the prefill lag read from the run
+    (prefill_lag: the lag, and the median gap in ms by lag)."""
+    chunks = [_chunk_times(r) for r in requests]
+    windows = sorted((r.start, r.start + r.ttft) for r in requests)
+    starts = [w[0] for w in windows]
+    longest = max((end - begin for begin, end in windows), default=0.0)
+    nearest = _nearest_chunks(chunks)
+    lag, medians = prefill_lag(chunks, nearest)
+    ended: dict[tuple[int, int], list[int]] = {}   # (request, closing chunk): prefilled ones
+    for q, r, j in nearest:
+        if j - lag >= 1:
+            ended.setdefault((r, j - lag), []).append(q)
+    gaps, waiting = [], 0
+    for r, times in enumerate(chunks):
+        for j in range(1, len(times)):
+            lo, hi = times[j - 1], times[j]
+            if not _overlaps(windows, starts, longest, lo, hi):
+                continue
+            prefilled = ended.get((r, j))
+            if not prefilled:
+                waiting += 1
+                continue
+            decoding = _decoding(chunks, (lo + hi) / 2, frozenset(prefilled))
+            gaps.append(MixedGap(hi - lo, decoding,
+                                 tuple(requests[q].input_tokens for q in prefilled)))
+    return gaps, waiting, {"lag_chunks": lag, "median_gap_ms_by_lag": medians}
+
+
 def decode_mode(artifact: Artifact) -> str:
     modes = [o.graph_mode for o in artifact.decode]
     return max(set(modes), key=modes.count)
@@ -154,5 +238,32 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
     every = [row for rows in priced.values() for row in rows]
     return {"rule": RULE, "graph_mode": mode, "phase": PHASE_DECODE,
             "gaps": len(gaps) + mixed, "mixed_left_out": mixed, "unpriced": unpriced,
+            "overall": _summary(every) if every else None,
+            "by_batch": {_label(b): _summary(rows) for b, rows in sorted(priced.items())},
+            "mixed": _price_mixed(interpolator, requests)}
+
+
+def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) -> dict:
+    """The mixed gaps priced by predict.RULE's mixed rule, by their whole batch (decoding
+    and prefilled requests)."""
+    gaps, waiting, lag = mixed_gaps(requests)
+    priced: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    unpriced: dict[str, int] = {}
+    modes: dict[str, int] = {}
+    for gap in gaps:
+        tokens = sum(gap.prompts) + gap.decoding * (1 + interpolator.draft_depth)
+        mode = interpolator.prefill_mode(tokens) or "?"
+        modes[mode] = modes.get(mode, 0) + 1
+        price = interpolator.price_mixed(gap.decoding, len(gap.prompts), sum(gap.prompts),
+                                         mode)
+        if price.seconds is None:
+            unpriced[price.category or "?"] = unpriced.get(price.category or "?", 0) + 1
+            continue
+        batch = gap.decoding + len(gap.prompts)
+        priced.setdefault(_bucket(batch), []).append((gap.seconds, price.seconds))
+    every = [row for rows in priced.values() for row in rows]
+    return {"rule": MIXED_RULE, "prefill_lag": lag, "gaps": len(gaps),
+            "waiting_left_out": waiting,
+            "graph_modes": modes, "unpriced": unpriced,
             "overall": _summary(every) if every else None,
             "by_batch": {_label(b): _summary(rows) for b, rows in sorted(priced.items())}}
