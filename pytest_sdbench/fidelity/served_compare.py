@@ -268,6 +268,19 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
                      f"prefill ending in them{'; ' + unpriced + ' unpriced' if unpriced else ''}"
                      f"; prefill lag {lag['lag_chunks']} chunk(s) (median gap by lag: "
                      f"{by_lag}) | | | | |")
+    lines += ["", "Each request's TTFT in parts by the client's clock (served_steps.ttft_parts; "
+              "medians over the requests whose prefill step shows in another's gaps):", ""]
+    for entry in entries:
+        parts = entry["profile_steps"].get("ttft_parts") or {}
+        if parts.get("requests"):
+            lines.append(f"- rate {entry['rate']:g}: TTFT {parts['ttft_ms']:.2f} ms; its "
+                         f"parts: send to the prefill step {parts['before_step_ms']:.2f} ms "
+                         f"(frontend, admission), the prefill step "
+                         f"{parts['prefill_step_ms']:.2f} ms (what a profile row prices), "
+                         f"the step's end to the first chunk "
+                         f"{parts['after_step_ms']:.2f} ms ({parts['lag_chunks']} step(s) "
+                         f"later, and the output path); {parts['requests']} requests, "
+                         f"{parts['alone']} served alone")
     return lines
 
 

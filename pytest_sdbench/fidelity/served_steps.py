@@ -199,6 +199,33 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
     return gaps, waiting, {"lag_chunks": lag, "median_gap_ms_by_lag": medians}
 
 
+def ttft_parts(requests: Sequence[ServedRequest]) -> dict:
+    """Each request's TTFT in three parts, by the client's clock, for the requests whose
+    prefill step shows in another request's gaps (at the run's prefill lag; the first such
+    request's): from its send to that step's start (the server's frontend and the
+    scheduler's admission), the step itself (what a profile row prices), and from the
+    step's end to its first chunk (the lag's steps and the output path). Medians in ms; the
+    requests served alone (no gap to read) are counted."""
+    chunks = [_chunk_times(r) for r in requests]
+    nearest = _nearest_chunks(chunks)
+    lag, _ = prefill_lag(chunks, nearest)
+    parts: dict[int, tuple[float, float, float]] = {}
+    for q, r, j in nearest:
+        end = j - lag
+        if end >= 1 and q not in parts:
+            times = chunks[r]
+            parts[q] = (times[end - 1] - requests[q].start, times[end] - times[end - 1],
+                        chunks[q][0] - times[end])
+    if not parts:
+        return {"requests": 0, "alone": len(requests)}
+    column = list(zip(*parts.values(), strict=True))
+    return {"requests": len(parts), "alone": len(requests) - len(parts), "lag_chunks": lag,
+            "ttft_ms": 1e3 * statistics.median(requests[q].ttft for q in parts),
+            "before_step_ms": 1e3 * statistics.median(column[0]),
+            "prefill_step_ms": 1e3 * statistics.median(column[1]),
+            "after_step_ms": 1e3 * statistics.median(column[2])}
+
+
 def decode_mode(artifact: Artifact) -> str:
     modes = [o.graph_mode for o in artifact.decode]
     return max(set(modes), key=modes.count)
@@ -240,7 +267,7 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
             "gaps": len(gaps) + mixed, "mixed_left_out": mixed, "unpriced": unpriced,
             "overall": _summary(every) if every else None,
             "by_batch": {_label(b): _summary(rows) for b, rows in sorted(priced.items())},
-            "mixed": _price_mixed(interpolator, requests)}
+            "mixed": _price_mixed(interpolator, requests), "ttft_parts": ttft_parts(requests)}
 
 
 def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) -> dict:
