@@ -28,8 +28,10 @@ def check_baseline(config, judges: bool) -> tuple[Path, Artifact] | None:
     only collects)."""
     chosen = config.getoption("sdbench_compare")
     if chosen is None:
-        for name in ("compare-fail", "compare-fail-above"):
-            if config.getoption("sdbench_" + name.replace("-", "_")) not in (None, False):
+        given = {"compare-fail": config.getoption("sdbench_compare_fail"),
+                 "compare-fail-above": config.getoption("sdbench_compare_fail_above") is not None}
+        for name, used in given.items():
+            if used:
                 raise pytest.UsageError(f"{spelled(name, False)}: takes "
                                         f"{spelled('compare', False)} BASELINE (the artifact "
                                         "to judge the run against)")

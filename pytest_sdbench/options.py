@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,8 +105,8 @@ def percent(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a percentage like 50 or 50%, got "
                                          f"{text!r}") from None
-    if not value >= 0:   # NaN too
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    if not (value >= 0 and math.isfinite(value)):   # NaN and inf too
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
     return value
 
 

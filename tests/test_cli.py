@@ -290,10 +290,11 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
     Face cache (random weights, safetensors, a draft vocabulary smaller than the target's
     with its d2t mapping; tests/checkpoints.py), loaded by vLLM's own loader, with a grid
     manifest, an output folder and engine arguments (vLLM's defaults apply to a user's
-    checkpoint; these reach the engine and the artifact: eager, as torch.compile on this CPU
-    took 69 s of the command's where eager takes 25). The identity reads both revisions
-    from the snapshot folders and digests the configs on disk, and `sdbench export` takes
-    the revisions from the artifact: the user passes none."""
+    checkpoint but for the arguments given; these reach the engine and the artifact; eager
+    among them: torch.compile took 44 s of the 69 s command on this CPU, eager runs it in
+    25). The identity reads both revisions from the snapshot folders and digests the
+    configs on disk, and `sdbench export` takes the revisions from the artifact: the user
+    passes none."""
     target, draft = real_checkpoints
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({

@@ -199,7 +199,9 @@ def test_pytest_names_its_own_spelling_of_a_bad_engine_option(pytester, tmp_path
              "argument --sdbench-compare-fail-above: expected a percentage like 50 or 50%, "
              "got 'lots'",
              "--sdbench-compare-fail-above=-5%":
-             "argument --sdbench-compare-fail-above: must be >= 0, got '-5%'"}
+             "argument --sdbench-compare-fail-above: must be a finite number >= 0, got '-5%'",
+             "--sdbench-compare-fail-above=inf":
+             "argument --sdbench-compare-fail-above: must be a finite number >= 0, got 'inf'"}
     for option, message in cases.items():
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", option)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, option

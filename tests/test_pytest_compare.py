@@ -72,6 +72,8 @@ def test_the_baseline_is_checked_at_configure_in_one_line_naming_the_option(pyte
              ("--sdbench-compare-fail",): "--sdbench-compare-fail: takes --sdbench-compare "
              "BASELINE*",
              ("--sdbench-compare-fail-above=75",): "--sdbench-compare-fail-above: takes "
+             "--sdbench-compare BASELINE*",
+             ("--sdbench-compare-fail-above=0",): "--sdbench-compare-fail-above: takes "
              "--sdbench-compare BASELINE*"}
     for args, line in cases.items():
         result = pytester.runpytest("-p", "no:cacheprovider", *args)

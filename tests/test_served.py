@@ -182,7 +182,7 @@ def test_a_mixed_gap_is_the_step_that_ended_a_prefill_read_at_the_lag_the_run_sh
     assert len(gaps) + waiting == decode_gaps([a, b])[1]
     # B's TTFT (4.5) in parts: sent at 2.5, its prefill step (3, 6], its first chunk at 7
     from pytest_sdbench.fidelity.served_steps import ttft_parts
-    assert ttft_parts([a, b]) == {"requests": 1, "alone": 1, "lag_chunks": 1,
+    assert ttft_parts([a, b]) == {"requests": 1, "unread": 1, "lag_chunks": 1,
                                   "ttft_ms": 4.5e3, "before_step_ms": 0.5e3,
                                   "prefill_step_ms": 3e3, "after_step_ms": 1e3}
 
@@ -299,7 +299,7 @@ def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(serve
             sum(mixed["unpriced"].values()) == mixed["gaps"]
         assert mixed["prefill_lag"]["lag_chunks"] in (0, 1, 2)
         parts = steps["ttft_parts"]
-        assert parts["requests"] + parts["alone"] == PROMPTS
+        assert parts["requests"] + parts["unread"] == PROMPTS
     md = (report_dir / "served-fidelity.md").read_text()
     assert "AISimulate's predictions are absent" in md
     assert "TTFT median" in md

@@ -251,7 +251,8 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
         return []
     lines = ["", "The profile's own price of the served mixed steps (a request's prefill "
              "beside the decoding ones; served_steps.MIXED_RULE; batch: decoding and "
-             "prefilled requests):", "",
+             "prefilled requests; a step counted once in the gaps of each request decoding "
+             "in it):", "",
              "| rate (req/s) | batch | gaps | served median ms | profile median ms | bias "
              "(median e) | median abs(e) |", "|---|---|---|---|---|---|---|"]
     for entry in entries:
@@ -265,7 +266,8 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
         by_lag = ", ".join(f"{k}: {v:.2f} ms" for k, v in lag["median_gap_ms_by_lag"].items())
         unpriced = ", ".join(f"{n} {why}" for why, n in sorted(mixed["unpriced"].items()))
         lines.append(f"| {entry['rate']:g} | left out | {mixed['waiting_left_out']} with no "
-                     f"prefill ending in them{'; ' + unpriced + ' unpriced' if unpriced else ''}"
+                     f"prefill ending in them (a lag step, or a request waiting)"
+                     f"{'; ' + unpriced + ' unpriced' if unpriced else ''}"
                      f"; prefill lag {lag['lag_chunks']} chunk(s) (median gap by lag: "
                      f"{by_lag}) | | | | |")
     lines += ["", "Each request's TTFT in parts by the client's clock (served_steps.ttft_parts; "
@@ -280,7 +282,7 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
                          f"the step's end to the first chunk "
                          f"{parts['after_step_ms']:.2f} ms ({parts['lag_chunks']} step(s) "
                          f"later, and the output path); {parts['requests']} requests, "
-                         f"{parts['alone']} served alone")
+                         f"{parts['unread']} whose prefill step shows in no other's gaps")
     return lines
 
 

@@ -20,8 +20,10 @@ that request's first chunk comes from the step that computed its prompt, so it i
 to the gap whose closing chunk lies nearest its own (a tie to the later). The step then holds
 those prompts (uncached: their whole input) beside the requests decoding at the gap's
 midpoint (counted as above), and the profile prices it with predict.RULE's mixed rule, in the
-graph mode its prefill points ran at that many scheduled tokens. A gap that a window overlaps
-with no prefill ending in it (a request waiting, or prefilled in chunks) is left out.
+graph mode its prefill points ran at that many scheduled tokens. A mixed step shows once in
+the gaps of each request decoding beside it: the figures count gaps. A gap that a window
+overlaps with no prefill ending in it (the lag's step after a prefill, a request waiting, or
+one prefilled in chunks) is left out.
 
 What a client gap holds beyond the step: the server's output path (detokenizing, streaming)
 when it is slower than the step. It is the serving period a user sees, which is what a plan
@@ -140,15 +142,18 @@ LAGS = (0, 1, 2)   # chunks between a prefill step's close and its request's fir
 
 
 def _nearest_chunks(chunks: Sequence[list[float]]) -> list[tuple[int, int, int]]:
-    """(q, r, j): request q's first chunk lies nearest r's chunk j (j >= 1, a tie to the
-    later), for every r decoding when q's first chunk came."""
+    """(q, r, j): request q's first chunk lies nearest r's chunk j (a tie to the later), for
+    every r decoding when q's first chunk came, but where that is r's first chunk (j = 0:
+    it closes no gap)."""
     found = []
     for q, first in enumerate(c[0] for c in chunks):
         for r, times in enumerate(chunks):
             if r == q or not times[0] < first <= times[-1]:
                 continue
             j = bisect.bisect_left(times, first)   # times[j - 1] < first <= times[j]
-            if first - times[j - 1] < times[j] - first and j > 1:
+            if first - times[j - 1] < times[j] - first:
+                if j == 1:   # nearest r's first chunk, which closes no gap
+                    continue
                 j -= 1
             found.append((q, r, j))
     return found
@@ -205,7 +210,7 @@ def ttft_parts(requests: Sequence[ServedRequest]) -> dict:
     request's): from its send to that step's start (the server's frontend and the
     scheduler's admission), the step itself (what a profile row prices), and from the
     step's end to its first chunk (the lag's steps and the output path). Medians in ms; the
-    requests served alone (no gap to read) are counted."""
+    requests whose prefill step shows in no other request's gaps are counted (unread)."""
     chunks = [_chunk_times(r) for r in requests]
     nearest = _nearest_chunks(chunks)
     lag, _ = prefill_lag(chunks, nearest)
@@ -217,9 +222,9 @@ def ttft_parts(requests: Sequence[ServedRequest]) -> dict:
             parts[q] = (times[end - 1] - requests[q].start, times[end] - times[end - 1],
                         chunks[q][0] - times[end])
     if not parts:
-        return {"requests": 0, "alone": len(requests)}
+        return {"requests": 0, "unread": len(requests)}
     column = list(zip(*parts.values(), strict=True))
-    return {"requests": len(parts), "alone": len(requests) - len(parts), "lag_chunks": lag,
+    return {"requests": len(parts), "unread": len(requests) - len(parts), "lag_chunks": lag,
             "ttft_ms": 1e3 * statistics.median(requests[q].ttft for q in parts),
             "before_step_ms": 1e3 * statistics.median(column[0]),
             "prefill_step_ms": 1e3 * statistics.median(column[1]),
