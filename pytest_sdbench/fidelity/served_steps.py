@@ -100,25 +100,30 @@ def _chunk_times(r: ServedRequest) -> list[float]:
     return times
 
 
-def _overlaps(windows: Sequence[tuple[float, float]], starts: Sequence[float],
-              longest: float, lo: float, hi: float) -> bool:
-    """Whether any prefill window (sorted by start, none longer than `longest`) overlaps
-    (lo, hi)."""
-    first = bisect.bisect_left(starts, lo - longest)
-    return any(end > lo for _, end in windows[first:bisect.bisect_left(starts, hi)])
+class _PrefillWindows:
+    """Every request's prefill window, [send, first chunk], sorted by start."""
+
+    def __init__(self, requests: Sequence[ServedRequest]):
+        self.windows = sorted((r.start, r.start + r.ttft) for r in requests)
+        self.starts = [begin for begin, _ in self.windows]
+        self.longest = max((end - begin for begin, end in self.windows), default=0.0)
+
+    def overlap(self, lo: float, hi: float) -> bool:
+        """Whether any window overlaps (lo, hi)."""
+        first = bisect.bisect_left(self.starts, lo - self.longest)
+        return any(end > lo for _, end in
+                   self.windows[first:bisect.bisect_left(self.starts, hi)])
 
 
 def decode_gaps(requests: Sequence[ServedRequest]) -> tuple[list[ServedGap], int]:
     """The decode-only gaps of a served run, and how many gaps were left out as mixed."""
     chunks = [_chunk_times(r) for r in requests]
-    windows = sorted((r.start, r.start + r.ttft) for r in requests)
-    starts = [w[0] for w in windows]
-    longest = max((end - begin for begin, end in windows), default=0.0)
+    windows = _PrefillWindows(requests)
     per_chunk = [(r.output_tokens - 1) / len(r.itls) if r.itls else 0.0 for r in requests]
     gaps, mixed = [], 0
     for times in chunks:
         for lo, hi in itertools.pairwise(times):
-            if _overlaps(windows, starts, longest, lo, hi):
+            if windows.overlap(lo, hi):
                 mixed += 1
                 continue
             mid = (lo + hi) / 2
@@ -179,9 +184,7 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
     them), how many such gaps held none (left out), and the prefill lag read from the run
     (prefill_lag: the lag, and the median gap in ms by lag)."""
     chunks = [_chunk_times(r) for r in requests]
-    windows = sorted((r.start, r.start + r.ttft) for r in requests)
-    starts = [w[0] for w in windows]
-    longest = max((end - begin for begin, end in windows), default=0.0)
+    windows = _PrefillWindows(requests)
     nearest = _nearest_chunks(chunks)
     lag, medians = prefill_lag(chunks, nearest)
     ended: dict[tuple[int, int], list[int]] = {}   # (request, closing chunk): prefilled ones
@@ -192,7 +195,7 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
     for r, times in enumerate(chunks):
         for j in range(1, len(times)):
             lo, hi = times[j - 1], times[j]
-            if not _overlaps(windows, starts, longest, lo, hi):
+            if not windows.overlap(lo, hi):
                 continue
             prefilled = ended.get((r, j))
             if not prefilled:
