@@ -27,7 +27,6 @@ from .engine.presets import PRESETS
 from .engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
 from .files import out_dir_problem
 from .options import InputError, repeat_plan, spelled, user_engine_args
-from .points import check_grid_for_mode
 from .points.choice import GridChoice
 from .points.defaults import load_grid
 from .vram import cuda_available
@@ -39,7 +38,7 @@ from .wire.contract import (
     PHASES_BY_MODE,
     REVISION_PATTERN,
 )
-from .wire.points import Grid, GridError, KnownLimits, fit_errors
+from .wire.points import Grid, GridError, KnownLimits, check_grid_for_mode, fit_errors
 from .wire.rounds import RepeatPlan
 
 

@@ -29,7 +29,6 @@ from .engine import ranks
 from .engine.restoration import restoration_violations
 from .engine.surface import Engine, InProcessEngine, describe_failure, in_process
 from .host import HostMonitor
-from .points import check_grid_for_mode
 from .points.choice import GridChoice
 from .points.defaults import default_grid, derived_grid
 from .wire import typed
@@ -41,7 +40,7 @@ from .wire.contract import (
     STOP_PINNED,
 )
 from .wire.model import Artifact, SkippedPoint
-from .wire.points import Grid, GridError
+from .wire.points import Grid, GridError, check_grid_for_mode
 from .wire.rounds import ONE_ROUND, RepeatPlan
 
 

@@ -4,17 +4,8 @@ The point types and their rules live in the wire format (wire.points)."""
 import os
 from os import PathLike
 
-from ..wire.contract import PHASES_BY_MODE
 from ..wire.points import Grid, GridError, parse_grid
 from .defaults import load_grid
-
-
-def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
-    """A grid with no point of the mode's phases would make a 0/0 'complete' artifact."""
-    phases = PHASES_BY_MODE.get(mode or "agg", PHASES_BY_MODE["agg"])
-    if not len(grid.only(phases)):
-        raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
-                        f"{mode or 'agg'} has nothing to measure")
 
 
 def as_grid(grid: object) -> Grid:

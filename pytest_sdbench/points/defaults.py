@@ -33,7 +33,8 @@ def read_json(path: str | Path, what: str) -> object:
 
 
 def load_grid(path: str | Path) -> Grid:
-    return parse_grid(read_json(path, "grid manifest"))
+    data = read_json(path, "grid manifest")   # read first, then parsed: the walk goes down
+    return parse_grid(data)
 
 
 def default_grid(draft_depth: int, block_size: int, acceptance_lengths=(None,),

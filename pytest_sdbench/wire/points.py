@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from . import typed
 from .contract import (
     CUDAGRAPH_NONE,
+    PHASES_BY_MODE,
     POLICY_STEADY_STEP,
     SETTLED_FIRST_STEP,
     SETTLED_STEPS,
@@ -96,6 +97,14 @@ def parse_grid(data) -> Grid:
     if errors:
         raise GridError("invalid grid: " + "; ".join(errors))
     return grid
+
+
+def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
+    """A grid with no point of the mode's phases would make a 0/0 'complete' artifact."""
+    phases = PHASES_BY_MODE.get(mode or "agg", PHASES_BY_MODE["agg"])
+    if not len(grid.only(phases)):
+        raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
+                        f"{mode or 'agg'} has nothing to measure")
 
 
 @dataclass(frozen=True)
