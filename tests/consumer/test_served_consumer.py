@@ -103,7 +103,8 @@ def test_the_h200_served_runs_read_as_published(h200_report):
             assert entry["served"][key] == pytest.approx(pinned["served"][key], rel=1e-9), key
             assert entry["predicted"][key] == pytest.approx(pinned["predicted"][key],
                                                             rel=1e-6), key
-    # the verdicts docs/evidence/h200/served-aisimulate/README.md states, pinned
+    # the verdicts docs/evidence/h200/served-aisimulate/README.md states, pinned here as
+    # numbers (a change of figure changes both)
     errors = {e["rate"]: e["relative_error"] for e in h200_report["rates"]}
     assert round(100 * errors[4.0]["tpot_median_ms"], 1) == -0.8
     assert round(100 * errors[4.0]["ttft_median_ms"], 1) == -44.2
