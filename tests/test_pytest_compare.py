@@ -6,7 +6,8 @@ finish, with the gate of `sdbench compare` (compare.py), as pytest-benchmark's
 On the real CPU engine, as a downstream repository runs it (pytester, an engine per run,
 none in this process): one baseline run, then the same code with the gate (it passes), then
 the same code with the step slowed by the compare gate test's own wrapper (SlowedStep,
-tests/test_compare_gate.py: each step made 1 + EXTRA times as long), whose session fails.
+tests/test_compare_gate.py: each step made 1 + SLOWED_EXTRA times as long), whose session
+fails.
 In 3 rounds (the least the gate judges the noise from) of a small grid. A run that its host
 monitor marks contended is refused by the gate, as it must be: the test then skips, saying
 so, never passes.
@@ -25,7 +26,13 @@ from pytest_sdbench.wire.contract import MIN_ROUNDS_FOR_NOISE
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = MIN_ROUNDS_FOR_NOISE
-FAIL_ABOVE = 75   # percent; the slowed step is (1 + EXTRA) = 3x, +200%
+# This host changes speed between runs beyond what its canary sees: on 2026-12-04 the
+# same code's run read +61% (prefill) and +92% (decode B=1) over its baseline, each side
+# steady across its rounds (CV 17-19% and 3%) and the canaries within their noise (+9.7%).
+# So a floor of FAIL_ABOVE percent, and a slowed step far beyond it even on a faster host:
+# 1 + SLOWED_EXTRA = 5x (+400%) reads above +100% unless the host runs 2.5x faster.
+FAIL_ABOVE = 100   # percent
+SLOWED_EXTRA = 4.0
 GRID = {"prefill": [{"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 0}],
         "decode": [{"batch_size": 1, "context_tokens": 128, "draft_depth": 3,
                     "acceptance_length": None},
@@ -39,7 +46,7 @@ import os, sys
 sys.path.insert(0, {str(REPO)!r})
 import pytest
 from pytest_sdbench.engine import compat
-from tests.test_compare_gate import EXTRA, SlowedStep
+from tests.test_compare_gate import SlowedStep
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +56,7 @@ def slowed(sdbench_engine):
         return
     cls = type(compat.worker(sdbench_engine.llm))
     with pytest.MonkeyPatch.context() as mp:
-        SlowedStep(cls, EXTRA).install(mp, cls)
+        SlowedStep(cls, {SLOWED_EXTRA!r}).install(mp, cls)
         yield
 """
 
@@ -120,9 +127,8 @@ def test_a_pytest_run_with_compare_fail_passes_the_same_code_and_fails_a_slowed_
     if base.environment.contended:   # every comparison with it would be refused
         pytest.skip(f"the baseline run was contended ({base.environment.reason}): the gate "
                     "would refuse it; nothing judged")
-    # A floor of FAIL_ABOVE percent over the noise: on a shared 2-core CI host the same code
-    # once read +35% on one point (a noise of 30%) with the canary calm, and the slowed step
-    # is +200%.
+    # A floor of FAIL_ABOVE percent over the noise (above, where it comes from): the same
+    # code passes on this host's two speeds, and the +400% slowed step fails.
     gate = (f"--sdbench-compare={base_path}", "--sdbench-compare-fail",
             f"--sdbench-compare-fail-above={FAIL_ABOVE}")
 
