@@ -84,6 +84,21 @@ def check_profile(artifact: Artifact, cuda: bool) -> None:
                                  "collected")
 
 
+def unmeasurable(artifact: Artifact, point: DecodePoint) -> str:
+    """Why vLLM alone cannot run this point's slope ("" when it can): a point of another AL
+    than the engine's synthetic one, or a context whose LONG run would stop at
+    max_model_len (fewer steps than its drafts count, so the slope would not be a step)."""
+    synthetic = artifact.speculative.synthetic_acceptance_length
+    if point.acceptance_length != synthetic:
+        return f"AL {point.acceptance_length} is not the engine's synthetic AL {synthetic}"
+    max_len = artifact.identity.settings.max_model_len.value
+    need = point.context_tokens + LONG_TOKENS + point.draft_depth
+    if type(max_len) is int and need > max_len:
+        return (f"context_tokens {point.context_tokens} + {LONG_TOKENS} output tokens + K "
+                f"exceeds max_model_len {max_len}: the long run would stop at the limit")
+    return ""
+
+
 # ---- vLLM alone ---------------------------------------------------------------------------
 
 def _env(engine_core: str) -> dict[str, str | None]:
@@ -177,7 +192,6 @@ def crosscheck(artifact: Artifact, engine_core: str = "multiprocess",
     """Start vLLM alone, measure every decode point of the profile, and return the report."""
     engine = VllmAlone(artifact, engine_core)
     say(f"vLLM alone ({engine_core} engine core) started in {engine.start_seconds:.1f} s")
-    synthetic = artifact.speculative.synthetic_acceptance_length
     checks = []
     try:
         for index, point, observations in decode_points(artifact):
@@ -188,10 +202,10 @@ def crosscheck(artifact: Artifact, engine_core: str = "multiprocess",
                         context_tokens=point.context_tokens,
                         profile_seconds=summary.median_seconds, profile_capped=capped,
                         profile_samples=len(observations))
-            if point.acceptance_length != synthetic:
+            why = unmeasurable(artifact, point)
+            if why:
                 checks.append(PointCheck(**base, vllm_seconds=None, vllm_slopes=(),
-                                         vllm_sm_mhz=(), note=f"AL {point.acceptance_length} is "
-                                         f"not the engine's synthetic AL {synthetic}"))
+                                         vllm_sm_mhz=(), note=why))
                 continue
             slopes, clocks = engine.slope(point.batch_size, point.context_tokens, repeats)
             step = statistics.median(slopes)

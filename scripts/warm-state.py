@@ -21,7 +21,7 @@ from pytest_sdbench.wire.contract import WARMUP_MIN_PASSES
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
 DEFAULT = (EVIDENCE / "aisimulate/sdbench-agg-k3-cd95baa72c35.json.xz",
-           EVIDENCE / "served-aisimulate/sdbench-agg-k3-26a556f8a41f.json.xz")
+           EVIDENCE / "served-aisimulate/sdbench-agg-k3-893a0f15199c.json.xz")
 
 
 def padded(tokens: int, mode: str, sizes: list[int]) -> int:
