@@ -15,7 +15,10 @@ while it serves. The report gives profile/vLLM per point, then the median and p9
 |profile/vLLM - 1|, as a table, JSON and (with matplotlib) a plot; beside each point the
 GPU clock during vLLM's run and the capped samples of the profile's point.
 
-Prefill points are not cross-checked: a prefill-only run's wall time holds the admission
+A point vLLM alone cannot run this way is listed unmeasured, with why (`unmeasurable`): an
+AL other than the engine's synthetic one, or a context whose long run would reach
+max_model_len (vLLM ends the run at the limit, so the steps the slope divides by did not all
+run). Prefill points are not cross-checked: a prefill-only run's wall time holds the admission
 and the frontend, which a forward-pass row does not, so no slope isolates its step.
 """
 
