@@ -349,7 +349,7 @@ def test_error_figures_are_medians_and_p90_of_relative_errors():
     assert percentile([7], 90) == 7
 
 
-def test_kind_figures_count_unpriced_steps_by_why_and_split_by_graph_mode(rule):
+def test_kind_figures_count_unpriced_steps_by_why_and_split_by_graph_mode_and_batch(rule):
     rows = [StepRow(0, s, {OURS: rule.price(s)}) for s in (
         step(1, "decode", "eager", 0.005, decode=(1, 600)),     # predicted 0.005: e = 0
         step(2, "decode", "eager", 0.004, decode=(1, 600)),     # e = +25%
@@ -362,6 +362,12 @@ def test_kind_figures_count_unpriced_steps_by_why_and_split_by_graph_mode(rule):
     assert decode["median_abs_error"] == pytest.approx(0.125)
     assert decode["unpriced"] == {OFF_BATCH: 1, NO_MODE: 1}
     assert set(decode["by_graph_mode"]) == {"eager", "full"}
+    # by batch (the step's requests): the three batch-1 steps, two priced (e 0 and +25%),
+    # and the off-grid batch 9 in its own bucket, unpriced
+    assert list(decode["by_batch"]) == ["1", "9-16"]
+    assert (decode["by_batch"]["1"]["steps"], decode["by_batch"]["1"]["priced_steps"]) == (3, 2)
+    assert decode["by_batch"]["1"]["bias"] == pytest.approx(0.125)
+    assert decode["by_batch"]["9-16"]["priced_steps"] == 0
     assert figures["prefill"]["bias"] == pytest.approx(0.014 / 0.020 - 1)
     assert figures["mixed"]["steps"] == 0
     assert figures["all"]["steps"] == 5

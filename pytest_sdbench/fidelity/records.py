@@ -53,6 +53,22 @@ class RequestRecord:
         return [b - a for a, b in itertools.pairwise(times)]
 
 
+# Batch buckets of the fidelity tables (a step's requests; a served gap's batch), in one
+# place for the in-process and the served comparison.
+BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 1 << 20))
+
+
+def batch_bucket(batch: int) -> tuple[int, int]:
+    """The bucket a batch falls in (tuples sort in batch order)."""
+    return next(b for b in BATCH_BUCKETS if b[0] <= batch <= b[1])
+
+
+def bucket_label(bucket: tuple[int, int]) -> str:
+    """"1", "2-4", ..."""
+    lo, hi = bucket
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One real engine step: its shape as the scheduler emitted it (corrected for rejected

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..wire.model import Artifact, utc_now
 from .predict import Interpolator, Priced
-from .records import STEP_KINDS, ServingRun, StepRecord
+from .records import STEP_KINDS, ServingRun, StepRecord, batch_bucket, bucket_label
 from .workload import ARRIVAL_POISSON
 
 REPORT_KIND, REPORT_VERSION = "pytest-sdbench/fidelity-report", 1
@@ -115,7 +115,7 @@ def step_rows(runs: Sequence[ServingRun], ours: Interpolator,
 
 def kind_figures(rows: Sequence[StepRow], predictor: str) -> dict:
     """Per step kind (and all kinds): the error figures, the unpriced steps by why, and the
-    errors by graph mode."""
+    errors by graph mode and by batch (the step's requests, in BATCH_BUCKETS)."""
     figures = {}
     for kind in (*STEP_KINDS, ALL_KINDS):
         mine = [r for r in rows if kind in (ALL_KINDS, r.step.kind)
@@ -130,6 +130,13 @@ def kind_figures(rows: Sequence[StepRow], predictor: str) -> dict:
         entry["by_graph_mode"] = {
             mode: error_stats([e for r in these if (e := r.error(predictor)) is not None],
                               len(these)) for mode, these in sorted(modes.items())}
+        batches: dict[tuple[int, int], list[StepRow]] = {}
+        for r in mine:
+            batches.setdefault(batch_bucket(r.step.requests), []).append(r)
+        entry["by_batch"] = {
+            bucket_label(b): error_stats([e for r in these if (e := r.error(predictor))
+                                          is not None], len(these))
+            for b, these in sorted(batches.items())}
         figures[kind] = entry
     return figures
 
@@ -327,6 +334,15 @@ def markdown(figures: dict, rows: Sequence[StepRow], examples: int = 3) -> str:
                 table.append((predictor, kind, mode, k["steps"], k["priced_steps"],
                               _pct(k["median_abs_error"]), _pct(k["bias"], signed=True)))
     lines += _table(("predictor", "step kind", "graph mode", "steps", "priced",
+                     "median abs error", "bias"), table)
+    lines += ["", "By batch (the step's requests):", ""]
+    table = []
+    for predictor, kinds in figures["models"][name].items():
+        for kind in STEP_KINDS:
+            for bucket, k in kinds[kind]["by_batch"].items():
+                table.append((predictor, kind, bucket, k["steps"], k["priced_steps"],
+                              _pct(k["median_abs_error"]), _pct(k["bias"], signed=True)))
+    lines += _table(("predictor", "step kind", "batch", "steps", "priced",
                      "median abs error", "bias"), table)
     lines += ["", "## Steps not priced, by why", ""]
     table = []

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from ..wire.contract import PHASE_DECODE
 from ..wire.model import Artifact
 from .predict import Interpolator
+from .records import batch_bucket, bucket_label
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,6 @@ def served_requests(result: dict) -> list[ServedRequest]:
             if not error and ttft and ttft > 0]
 
 
-BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 1 << 20))
 RULE, MIXED_RULE = (part.replace("\n", " ") for part in __doc__.split("\n\n")[1:3])
 
 
@@ -239,15 +239,6 @@ def decode_mode(artifact: Artifact) -> str:
     return max(set(modes), key=modes.count)
 
 
-def _bucket(batch: int) -> tuple[int, int]:
-    return next(b for b in BUCKETS if b[0] <= batch <= b[1])
-
-
-def _label(bucket: tuple[int, int]) -> str:
-    lo, hi = bucket
-    return f"{lo}" if lo == hi else f"{lo}-{hi}"
-
-
 def _summary(rows: list[tuple[float, float]]) -> dict:
     errors = [p / s - 1 for s, p in rows]
     return {"gaps": len(rows),
@@ -269,12 +260,12 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
         if price.seconds is None:
             unpriced[price.category or "?"] = unpriced.get(price.category or "?", 0) + 1
             continue
-        priced.setdefault(_bucket(gap.batch), []).append((gap.seconds, price.seconds))
+        priced.setdefault(batch_bucket(gap.batch), []).append((gap.seconds, price.seconds))
     every = [row for rows in priced.values() for row in rows]
     return {"rule": RULE, "graph_mode": mode, "phase": PHASE_DECODE,
             "gaps": len(gaps) + mixed, "mixed_left_out": mixed, "unpriced": unpriced,
             "overall": _summary(every) if every else None,
-            "by_batch": {_label(b): _summary(rows) for b, rows in sorted(priced.items())},
+            "by_batch": {bucket_label(b): _summary(rows) for b, rows in sorted(priced.items())},
             "mixed": _price_mixed(interpolator, requests), "ttft_parts": ttft_parts(requests)}
 
 
@@ -295,10 +286,10 @@ def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) 
             unpriced[price.category or "?"] = unpriced.get(price.category or "?", 0) + 1
             continue
         batch = gap.decoding + len(gap.prompts)
-        priced.setdefault(_bucket(batch), []).append((gap.seconds, price.seconds))
+        priced.setdefault(batch_bucket(batch), []).append((gap.seconds, price.seconds))
     every = [row for rows in priced.values() for row in rows]
     return {"rule": MIXED_RULE, "prefill_lag": lag, "gaps": len(gaps),
             "waiting_left_out": waiting,
             "graph_modes": modes, "unpriced": unpriced,
             "overall": _summary(every) if every else None,
-            "by_batch": {_label(b): _summary(rows) for b, rows in sorted(priced.items())}}
+            "by_batch": {bucket_label(b): _summary(rows) for b, rows in sorted(priced.items())}}
