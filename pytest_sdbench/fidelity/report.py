@@ -288,6 +288,17 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return lines
 
 
+def _split_table(predictors: dict, split: str, column: str) -> list[str]:
+    """The error figures of each predictor and step kind split by kind_figures' `split`
+    (by_graph_mode, by_batch), one row a part."""
+    table = [(predictor, kind, part, k["steps"], k["priced_steps"],
+              _pct(k["median_abs_error"]), _pct(k["bias"], signed=True))
+             for predictor, kinds in predictors.items() for kind in STEP_KINDS
+             for part, k in kinds[kind][split].items()]
+    return _table(("predictor", "step kind", column, "steps", "priced", "median abs error",
+                   "bias"), table)
+
+
 def markdown(figures: dict, rows: Sequence[StepRow], examples: int = 3) -> str:
     profile, consumer = figures["profile"], figures["predictors"][CONSUMER]
     name = profile["model"]
@@ -327,23 +338,9 @@ def markdown(figures: dict, rows: Sequence[StepRow], examples: int = 3) -> str:
                      "p90 abs error", "bias"), table)
     lines += ["", f"![predicted vs measured]({FIGURES[0]})", "",
               f"![error histogram]({FIGURES[1]})", "", "By CUDA-graph mode:", ""]
-    table = []
-    for predictor, kinds in figures["models"][name].items():
-        for kind in STEP_KINDS:
-            for mode, k in kinds[kind]["by_graph_mode"].items():
-                table.append((predictor, kind, mode, k["steps"], k["priced_steps"],
-                              _pct(k["median_abs_error"]), _pct(k["bias"], signed=True)))
-    lines += _table(("predictor", "step kind", "graph mode", "steps", "priced",
-                     "median abs error", "bias"), table)
+    lines += _split_table(figures["models"][name], "by_graph_mode", "graph mode")
     lines += ["", "By batch (the step's requests):", ""]
-    table = []
-    for predictor, kinds in figures["models"][name].items():
-        for kind in STEP_KINDS:
-            for bucket, k in kinds[kind]["by_batch"].items():
-                table.append((predictor, kind, bucket, k["steps"], k["priced_steps"],
-                              _pct(k["median_abs_error"]), _pct(k["bias"], signed=True)))
-    lines += _table(("predictor", "step kind", "batch", "steps", "priced",
-                     "median abs error", "bias"), table)
+    lines += _split_table(figures["models"][name], "by_batch", "batch")
     lines += ["", "## Steps not priced, by why", ""]
     table = []
     for predictor in figures["models"][name]:
