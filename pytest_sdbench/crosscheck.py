@@ -36,7 +36,7 @@ from typing import Any
 from .files import atomic_write_text
 from .wire.contract import DEVICE_CUDA, GENERATION_SAMPLING, PHASE_DECODE
 from .wire.model import Artifact, DecodeObservation
-from .wire.points import DecodePoint
+from .wire.points import DecodePoint, decode_run_tokens
 
 ENGINE_CORES = ("multiprocess", "inprocess")
 SHORT_TOKENS, LONG_TOKENS = 16, 80     # output tokens of the two runs of a slope
@@ -95,8 +95,7 @@ def unmeasurable(artifact: Artifact, point: DecodePoint) -> str:
     if point.acceptance_length != synthetic:
         return f"AL {point.acceptance_length} is not the engine's synthetic AL {synthetic}"
     max_len = artifact.identity.settings.max_model_len.value
-    need = point.context_tokens + LONG_TOKENS + point.draft_depth
-    if type(max_len) is int and need > max_len:
+    if type(max_len) is int and decode_run_tokens(point, LONG_TOKENS) > max_len:
         return (f"context_tokens {point.context_tokens} + {LONG_TOKENS} output tokens + K "
                 f"exceeds max_model_len {max_len}: the long run would stop at the limit")
     return ""

@@ -14,9 +14,10 @@ import io
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..wire.model import Artifact, utc_now
 from .predict import Interpolator, Priced
@@ -113,6 +114,16 @@ def step_rows(runs: Sequence[ServingRun], ours: Interpolator,
     return rows
 
 
+def _split(rows: Sequence[StepRow], predictor: str, part: Callable[[StepRow], Any],
+           label: Callable[[Any], str]) -> dict:
+    """The error figures of the rows of each part (in the parts' order), by label."""
+    parts: dict[Any, list[StepRow]] = {}
+    for r in rows:
+        parts.setdefault(part(r), []).append(r)
+    return {label(key): error_stats([e for r in these if (e := r.error(predictor)) is not None],
+                                    len(these)) for key, these in sorted(parts.items())}
+
+
 def kind_figures(rows: Sequence[StepRow], predictor: str) -> dict:
     """Per step kind (and all kinds): the error figures, the unpriced steps by why, and the
     errors by graph mode and by batch (the step's requests, in BATCH_BUCKETS)."""
@@ -124,19 +135,9 @@ def kind_figures(rows: Sequence[StepRow], predictor: str) -> dict:
         entry = error_stats(errors, len(mine))
         entry["unpriced"] = dict(Counter(r.predictions[predictor].category for r in mine
                                          if not r.predictions[predictor].priced))
-        modes: dict[str, list[StepRow]] = {}
-        for r in mine:
-            modes.setdefault(r.step.graph_mode, []).append(r)
-        entry["by_graph_mode"] = {
-            mode: error_stats([e for r in these if (e := r.error(predictor)) is not None],
-                              len(these)) for mode, these in sorted(modes.items())}
-        batches: dict[tuple[int, int], list[StepRow]] = {}
-        for r in mine:
-            batches.setdefault(batch_bucket(r.step.requests), []).append(r)
-        entry["by_batch"] = {
-            bucket_label(b): error_stats([e for r in these if (e := r.error(predictor))
-                                          is not None], len(these))
-            for b, these in sorted(batches.items())}
+        entry["by_graph_mode"] = _split(mine, predictor, lambda r: r.step.graph_mode, str)
+        entry["by_batch"] = _split(mine, predictor, lambda r: batch_bucket(r.step.requests),
+                                   bucket_label)
         figures[kind] = entry
     return figures
 

@@ -150,6 +150,12 @@ def decode_max_tokens(draft_depth: int, policy: str | None = None) -> int:
     return 1 + last * (draft_depth + 1)
 
 
+def decode_run_tokens(point: DecodePoint, output_tokens: int) -> int:
+    """The sequence length a decode run of `output_tokens` reaches: the context, the output
+    and the K drafts its last step verifies (what max_model_len must hold)."""
+    return point.context_tokens + output_tokens + point.draft_depth
+
+
 @dataclass(frozen=True)
 class KnownLimits:
     """The limits of an engine known before it starts (a preset's oracle limits, the user's
@@ -199,10 +205,10 @@ def fit_errors(grid: Grid, limits: EngineLimits | KnownLimits,
         if seqs is not None and d.batch_size > seqs:
             errors.append(f"{where}.batch_size: {d.batch_size} exceeds max_num_seqs {seqs}")
         output = max(decode_tokens or 0, decode_max_tokens(d.draft_depth, policy))
-        if max_len is not None and d.context_tokens + output + d.draft_depth > max_len:
+        if max_len is not None and decode_run_tokens(d, output) > max_len:
             errors.append(f"{where}.context_tokens: {d.context_tokens} leaves no room for the "
                           f"run of {output} output tokens within max_model_len {max_len}")
-        need = d.batch_size * (d.context_tokens + output + d.draft_depth + (block or 0))
+        need = d.batch_size * (decode_run_tokens(d, output) + (block or 0))
         if capacity is not None and need > capacity:
             errors.append(f"{where}: batch_size*(context+output) needs {need} KV tokens, the "
                           f"engine holds {capacity}")
