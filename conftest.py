@@ -55,11 +55,14 @@ def pytest_xdist_auto_num_workers(config) -> int:
 def pytest_configure(config):
     config.addinivalue_line("markers", "exclusive: runs with no other test of this run beside "
                                        "it (its claim is about the host's time)")
-    if hasattr(config, "workerinput") and config.workerinput.get("workercount", 1) > 1:
-        # Each worker's engines (its session engine, its tests' subprocesses: inherited)
-        # compute on one thread: torch's default, a thread a core, puts two engines' four
-        # threads on 2 cores, spinning against each other (seen: subprocess engine tests
-        # 2.5x as long beside the other worker's engine). Set before torch is imported here.
+    if not hasattr(config, "workerinput") and (config.getoption("numprocesses", 0) or 0) > 1:
+        # Each worker's engines (its session engine, its tests' subprocesses) compute on one
+        # thread: torch's default, a thread a core, puts two engines' four threads on 2
+        # cores, spinning against each other at OpenMP's barriers (seen: the session engine's
+        # collections 5-15x as long beside the other worker's engines). Set here, in the
+        # controller, so that each worker starts with it: OpenMP reads it once, when torch
+        # is first imported, and a worker's conftests may import torch before this file's
+        # pytest_configure runs there (oracle_tests/gate.py's, tryfirst).
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     if (not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
             and config.getoption("testrunuid", None) is None):
