@@ -64,6 +64,14 @@ def pytest_configure(config):
         # is first imported, and a worker's conftests may import torch before this file's
         # pytest_configure runs there (oracle_tests/gate.py's, tryfirst).
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if not hasattr(config, "workerinput"):
+        # One vLLM cache for the run, where vLLM keeps it for this user: pytester gives each
+        # run a HOME of its own, where vLLM's cache (VLLM_CACHE_ROOT, under ~/.cache) starts
+        # empty and the first engine inspects its model classes in a subprocess of their
+        # own (seen: `sdbench collect` 39 s in a new HOME, 22 s in the same HOME again). A
+        # user's runs share one HOME; the suite's pytester runs now share its cache too.
+        os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(
+            os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"))
     if (not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
             and config.getoption("testrunuid", None) is None):
         # the controller names the run, so that its scheduler and its workers share a folder
