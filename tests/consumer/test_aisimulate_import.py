@@ -546,13 +546,31 @@ def _first_h200() -> tuple[Path, float | None, dict[str, str]]:
     return path, acceptance_length, graph_selections(path, acceptance_length)[0]
 
 
-@pytest.fixture
-def exported(tmp_path):
+@pytest.fixture(scope="module")
+def _exported_once(tmp_path_factory) -> tuple[Path, Path]:
+    """The first H200 artifact exported once for the module (about 4 s an export): its root
+    and a pristine copy of it."""
     path, acceptance_length, graph_modes = _first_h200()
-    root, manifest, _ = export_h200(path, tmp_path, acceptance_length, graph_modes)
+    root, manifest, _ = export_h200(path, tmp_path_factory.mktemp("exported"),
+                                    acceptance_length, graph_modes)
+    with_system_yaml(root / manifest["table"]["systems_root"], SYSTEM)
+    pristine = tmp_path_factory.mktemp("pristine") / root.name
+    shutil.copytree(root, pristine)
+    return root, pristine
+
+
+@pytest.fixture
+def exported(_exported_once):
+    """The export as it was written, for each test (a test may edit it, or write beside
+    it): restored in place from the pristine copy, since the export names its own absolute
+    paths (the model folders). Its root, manifest, profile and systems folder."""
+    root, pristine = _exported_once
+    for entry in root.parent.iterdir():   # the export and what the last test wrote beside it
+        shutil.rmtree(entry)
+    shutil.copytree(pristine, root)
+    manifest = json.loads((root / MANIFEST_FILE).read_text())
     profile = json.loads((root / PROFILE_FILE).read_text())
-    systems = with_system_yaml(root / manifest["table"]["systems_root"], SYSTEM)
-    return root, manifest, profile, systems
+    return root, manifest, profile, root / manifest["table"]["systems_root"]
 
 
 def test_consumer_refuses_a_draft_depth_it_was_not_measured_at(exported):
