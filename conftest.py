@@ -19,6 +19,10 @@ Three rules keep every claim of the suite true when two workers share the host:
   lock prefers the exclusive side, so that a waiting exclusive test is not starved;
 - the long tests first: the exclusive tests, then the `slow` ones (extra processes with
   engines of their own), then the rest, so that no long test is the last one a worker gets.
+
+Two settings keep it short, made by the controller where the user has not (pytest_configure):
+each worker computes on one OpenMP thread (OMP_NUM_THREADS=1), and pytester's runs, each in
+a HOME of its own, share the user's vLLM cache (VLLM_CACHE_ROOT).
 """
 
 from __future__ import annotations
