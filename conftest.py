@@ -74,8 +74,9 @@ def pytest_configure(config):
         # empty and the first engine inspects its model classes in a subprocess of their
         # own (seen: `sdbench collect` 39 s in a new HOME, 22 s in the same HOME again). A
         # user's runs share one HOME; the suite's pytester runs now share its cache too.
-        os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(
-            os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"))
+        # (vLLM's own default, without importing vLLM in the controller)
+        from pytest_sdbench.engine.spec import user_cache_root
+        os.environ.setdefault("VLLM_CACHE_ROOT", str(user_cache_root() / "vllm"))
     if (not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
             and config.getoption("testrunuid", None) is None):
         # the controller names the run, so that its scheduler and its workers share a folder

@@ -2,6 +2,7 @@
 two xdist workers share this 2-core host."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,6 @@ def test_pytester_runs_share_the_users_vllm_cache(pytester):
     inspection) stays the user's, as between a user's own runs: a new cache costs each
     pytester run's first engine a subprocess that imports vLLM again (seen: 39 s against
     22 s for `sdbench collect`)."""
-    import sys
     home = Path(os.environ["HOME"])
     assert home == pytester.path   # pytester's own HOME, as its runs see it
     seen = pytester.run(sys.executable, "-c", "import vllm.envs as e; print(e.VLLM_CACHE_ROOT)")

@@ -104,6 +104,12 @@ class EngineSpec:
 MODEL_ROOT_ENV = "SDBENCH_MODEL_ROOT"  # where presets are written (default: a user cache)
 
 
+def user_cache_root() -> Path:
+    """This user's cache folder, as vLLM and Hugging Face find it: $XDG_CACHE_HOME, else
+    ~/.cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
 def model_root() -> Path:
     """Where presets are written: $SDBENCH_MODEL_ROOT, else a cache folder of this user's
     own ($XDG_CACHE_HOME or ~/.cache, then pytest-sdbench/models), private (0700): a shared,
@@ -111,8 +117,7 @@ def model_root() -> Path:
     chosen = os.environ.get(MODEL_ROOT_ENV)
     if chosen:
         return Path(chosen)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return private_dir(cache / "pytest-sdbench", MODEL_ROOT_ENV) / "models"
+    return private_dir(user_cache_root() / "pytest-sdbench", MODEL_ROOT_ENV) / "models"
 
 
 # CUDA graphs: batches 1, 2 and 4 of uniform decode steps (1 + K tokens each) are captured.
