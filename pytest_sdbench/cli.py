@@ -39,6 +39,7 @@ from .wire.contract import (
     MIN_ROUNDS_FOR_NOISE,
     STATUS_COMPLETE,
 )
+from .wire.points import point_label
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -354,14 +355,10 @@ def _load_valid(path):
 
 def _rows(a):
     for o in a.prefill:
-        p = o.point
-        yield (f"prefill[{o.point_index}]", f"B={p.batch_size} new={p.new_tokens} "
-               f"prefix={p.cached_prefix_tokens}", o)
+        yield f"prefill[{o.point_index}]", point_label(o.point), o
     for o in a.decode:
-        p = o.point
-        al = "natural" if p.acceptance_length is None else f"{p.acceptance_length:g}"
-        yield (f"decode[{o.point_index}]", f"B={p.batch_size} ctx={p.context_tokens} "
-               f"K={p.draft_depth} AL={al} (obs {o.observed_acceptance_length:.2f})", o)
+        yield (f"decode[{o.point_index}]",
+               f"{point_label(o.point)} (obs {o.observed_acceptance_length:.2f})", o)
 
 
 def _table(a) -> str:

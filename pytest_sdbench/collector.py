@@ -1,7 +1,8 @@
-"""Collection: every exact coordinate is warmed up unbooked until its step time is stable,
-then measured booked, retaining from each run the one step the phase's measurement policy
-names. agg runs prefill points before decode points in every pass, so no measured batch
-mixes the two phases.
+"""Collection: every point is warmed up unbooked (by_shape: the first point of each compiled
+shape until its step time is stable, a later point of a settled shape for one pass), then
+measured booked, retaining from each run the steps the phase's measurement policy names.
+agg runs prefill points before decode points in every pass, so no measured batch mixes the
+two phases.
 
 Repeats are taken in rounds (the default): after the warm-up pass over the grid, each round
 measures every point once, in a fresh seeded order (wire.rounds.round_order), so that a
@@ -24,7 +25,6 @@ before), so that its pauses do not land inside measured steps.
 
 from __future__ import annotations
 
-import gc
 import math
 import statistics
 import time
@@ -33,7 +33,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from .collection import CacheMiss, CollectionResult, PointFailed, check_grid_fits, settled
+from .collection import (
+    CacheMiss,
+    CollectionResult,
+    PointFailed,
+    check_grid_fits,
+    paused_gc,
+    settled,
+)
 from .engine import compat, ranks
 from .engine.canary import measure_canary
 from .engine.clock import ClockReader, NoClock, open_clock
@@ -61,6 +68,7 @@ from .wire.contract import (
     STEADY_STEP_INDEX,
     TIMER_FOR_SOURCE,
     WARMUP_MAX_PASSES,
+    WARMUP_SHAPE_PASSES,
     Booking,
     Device,
     GraphMode,
@@ -72,7 +80,15 @@ from .wire.model import (
     SkippedPoint,
     utc_now,
 )
-from .wire.points import DecodePoint, Grid, PrefillPoint, decode_max_tokens
+from .wire.points import (
+    DecodePoint,
+    Grid,
+    PrefillPoint,
+    capture_sizes,
+    compiled_shape,
+    decode_max_tokens,
+    point_label,
+)
 from .wire.records import Provenance
 from .wire.rounds import (
     ONE_ROUND,
@@ -109,6 +125,8 @@ class Collector:
         self.clock: ClockReader | NoClock = NoClock()
         self.timed_seconds = 0.0
         self._done, self._total = 0, 0
+        self._warm_shapes: set[tuple[str, str, int]] = set()   # settled in this warm-up
+        self._capture_sizes: tuple[int, ...] | None = None
 
     # ---- prompts ----------------------------------------------------------------------
     def _fresh(self, n: int) -> list[int]:
@@ -177,11 +195,19 @@ class Collector:
                           f"iteration {record.native_iteration_id} ran")
 
     def _warm(self, state: _PointState, run_once) -> tuple[int, bool]:
-        """Warm the exact coordinate up, unbooked, until settled: (passes, settled)."""
-        times: list[float] = []
+        """Warm the point up, unbooked (the by_shape rule): (passes, settled). Its first run
+        names its compiled shape; when an earlier point settled that shape, this one pass
+        is its warm-up. Otherwise it runs until settled, and a settled shape is noted."""
+        record = self._seeded(state, lambda: run_once(BOOKING_WARMUP))[0]
+        shape = compiled_shape(state.point, self._graph_mode(record), self._capture_sizes)
+        if shape in self._warm_shapes:
+            return WARMUP_SHAPE_PASSES, True
+        times = [record.timing.seconds]
         while len(times) < WARMUP_MAX_PASSES and not settled(times):
             record = self._seeded(state, lambda: run_once(BOOKING_WARMUP))[0]
             times.append(record.timing.seconds)
+        if settled(times):
+            self._warm_shapes.add(shape)
         return len(times), settled(times)
 
     def _seed(self, state: _PointState) -> None:
@@ -214,14 +240,15 @@ class Collector:
         # is recomputed as the first of the point's new tokens.
         length = (point.cached_prefix_tokens + self.engine.block_size
                   if point.cached_prefix_tokens else 0)
+        pooled = self.pool is not None and length > 0
         shared = self.pool.prefix(length) if self.pool is not None else self._fresh(length)
-        state = _PointState(PHASE_PREFILL, point, shared=shared)
+        state = _PointState(PHASE_PREFILL, point, shared=shared, pooled=pooled)
         self._prefill_seed(state)
         return state
 
     def _prefill_seed(self, state: _PointState) -> None:
-        """(Re)compute the shared prefix, unbooked: other points' runs may have evicted it
-        from the prefix cache since it was last used (a hit computes one block)."""
+        """(Re)compute the shared prefix, unbooked: at the warm-up, and before each round's
+        measurement where it is the point's own (a pool prefix: after a miss only)."""
         if state.shared:
             with self.breakdown.section("seed prefix"):
                 self._run([state.shared], 1, BOOKING_UNBOOKED)
@@ -345,20 +372,6 @@ class Collector:
         return kept
 
     # ---- one point: prepare and warm up; one measured pass ------------------------------
-    def _paused_gc(self, work):
-        """Run work() with the garbage collector paused, so that its pauses do not land
-        inside measured steps. Only the young generations are collected first: a full
-        collection scans every object the collection keeps alive, so its cost grows with
-        the observations, on every pass (scripts/gc-cost.py: 3.4 ms with none alive, 13.7
-        ms with 524). Python collects the old generation itself between points, once it
-        has grown by a quarter."""
-        gc.collect(1)
-        gc.disable()
-        try:
-            return work()
-        finally:
-            gc.enable()
-
     def _prepare(self, ref: PointRef, point) -> _PointState:
         """Seed the point's prompts and warm its exact coordinate up, unbooked."""
         def work():
@@ -371,7 +384,7 @@ class Collector:
                 state.warmup = self._warm(state, lambda b: self._decode_once(state, b))
             return state
         with self.breakdown.section("warm-up"):
-            return self._paused_gc(work)
+            return paused_gc(work)
 
     def _measure(self, ref: PointRef, state: _PointState, round_index: int,
                  reseed: bool) -> list[Observation]:
@@ -402,7 +415,7 @@ class Collector:
             return self._decode_observations(ref.point_index, state, steps, clock, repeat,
                                              round_index)
         with self.breakdown.section("measure"):
-            observations = self._paused_gc(work)
+            observations = paused_gc(work)
         state.seconds.append(Sample(repeat, round_index, tuple(observations)).seconds)
         return observations
 
@@ -421,6 +434,8 @@ class Collector:
             PointRef(PHASE_PREFILL, i): p for i, p in enumerate(grid.prefill)}
         points.update({PointRef(PHASE_DECODE, i): p for i, p in enumerate(grid.decode)})
         self._started = time.perf_counter()
+        self._warm_shapes.clear()
+        self._capture_sizes = capture_sizes(self.engine.identity.settings.cudagraph_capture_sizes)
         self.clock = open_clock(self.engine.device)
         self.observer = NativeObserver(self.engine.llm, timer_for(self.engine.device)).attach()
         self.breakdown = result.breakdown
@@ -504,7 +519,7 @@ class Collector:
         order = tuple(sorted(points))
         current = self._result.begin_round(0, order, self._canary())
         for ref in self._touching(order):
-            label = f"{ref.phase}[{ref.point_index}] {_label(points[ref])}"
+            label = f"{ref.phase}[{ref.point_index}] {point_label(points[ref])}"
             self._step(f"warm-up {label}")
             try:
                 state = self._prepare(ref, points[ref])
@@ -525,7 +540,7 @@ class Collector:
         self._total = len(points) * (1 + fixed)
         states: dict[PointRef, _PointState] = {}
         for ref in self._touching(sorted(points)):
-            self._step(f"warm-up {ref.phase}[{ref.point_index}] {_label(points[ref])}")
+            self._step(f"warm-up {ref.phase}[{ref.point_index}] {point_label(points[ref])}")
             try:
                 states[ref] = self._prepare(ref, points[ref])
             except (PointFailed, TimingMissing) as exc:
@@ -544,7 +559,7 @@ class Collector:
             current = self._result.begin_round(index, order, self._canary())
             for ref in self._touching(order):
                 self._step(f"round {index + 1}{'' if until else f'/{fixed}'} "
-                           f"{ref.phase}[{ref.point_index}] {_label(points[ref])}")
+                           f"{ref.phase}[{ref.point_index}] {point_label(points[ref])}")
                 try:
                     self._keep(self._measure(ref, states[ref], index, reseed=True))
                 except (PointFailed, TimingMissing) as exc:
@@ -563,7 +578,7 @@ class _PointState:
     point: PrefillPoint | DecodePoint
     shared: list[int] = field(default_factory=list)      # prefill: the cached prefix
     prompts: list[list[int]] = field(default_factory=list)  # decode: the seeded prompts
-    pooled: bool = False        # decode: its prompts are the pool's (touched once a pass)
+    pooled: bool = False   # its prompts or prefix are the pool's: seeded again on a miss only
     warmup: tuple[int, bool] = (0, False)
     seconds: list[float] = field(default_factory=list)
 
@@ -582,11 +597,3 @@ def _accepted(record, snapshot, full_depth: int | None = None) -> tuple[int, ...
     return tuple(record.accepted[r.request_id] - 1 for r in snapshot.requests
                  if r.draft_tokens and r.request_id in record.accepted
                  and (full_depth is None or r.draft_tokens == full_depth))
-
-
-def _label(point) -> str:
-    if isinstance(point, PrefillPoint):
-        return (f"B={point.batch_size} new={point.new_tokens} "
-                f"prefix={point.cached_prefix_tokens}")
-    al = "natural" if point.acceptance_length is None else point.acceptance_length
-    return f"B={point.batch_size} ctx={point.context_tokens} K={point.draft_depth} AL={al}"

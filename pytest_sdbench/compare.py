@@ -56,6 +56,7 @@ from .wire.contract import (
     STATUS_COMPLETE,
 )
 from .wire.model import Artifact, PointSummary
+from .wire.points import point_label
 from .wire.rounds import CanarySpread
 
 # z of a point's noise bound (the module's docstring says why 4), and of the host canary's
@@ -217,10 +218,7 @@ def _key(phase: str, point) -> tuple:
 
 
 def coordinates(phase: str, point) -> str:
-    if phase == PHASE_PREFILL:
-        return f"B={point.batch_size} new={point.new_tokens} prefix={point.cached_prefix_tokens}"
-    al = "natural" if point.acceptance_length is None else f"{point.acceptance_length:g}"
-    return f"B={point.batch_size} ctx={point.context_tokens} K={point.draft_depth} AL={al}"
+    return point_label(point)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from .wire.contract import (
     REPEAT_BACK_TO_BACK,
 )
 from .wire.model import Artifact, PointSummary
+from .wire.points import point_label
 from .wire.rounds import canary_readings
 
 MARKERS = {GRAPH_EAGER: "o", GRAPH_PIECEWISE: "s", GRAPH_FULL: "^"}
@@ -89,11 +90,7 @@ class PlotPoint:
 
     @property
     def label(self) -> str:
-        p = self.point
-        if self.phase == PHASE_PREFILL:
-            return f"B={p.batch_size} new={p.new_tokens} prefix={p.cached_prefix_tokens}"
-        al = "natural" if p.acceptance_length is None else f"{p.acceptance_length:g}"
-        return f"B={p.batch_size} ctx={p.context_tokens} K={p.draft_depth} AL={al}"
+        return point_label(self.point)
 
     @property
     def marker(self) -> str:

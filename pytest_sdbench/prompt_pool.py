@@ -5,16 +5,17 @@ of distinct prompts: a decode point's B prompts are the first B pool prompts cut
 context (where the share holds fewer prompts than the widest batch, the pool is that wide,
 and wider decode points seed prompts of their own, as without a pool), and a cached-prefix
 prefill point's shared prefix is pool prompt 0 cut to its prefix (+ the block EAGLE
-recomputes). One unbooked run of the whole pool before the decode
-points of each pass (a pass runs its prefill points first, whose fresh prompts evict) makes
-its blocks the cache's newest, computing only what was evicted; the decode points then seed
-nothing. A cached-prefix prefill point computes its prefix again before each measurement,
-which costs one block while the cache holds it. Every run checks the cache hits the engine
-reports (missed_the_cache): a run whose admission missed is discarded, its prompts are
-computed again (only the missing blocks are) and the run is repeated; a second miss fails
-the point. Requests of one batch never share a block (distinct pool prompts). Without the
-pool (not one prompt fits), each point has prompts of its own, seeded again before each
-round's measurement."""
+recomputes). One unbooked run of the whole pool before the decode points of each pass (a
+pass runs its prefill points first, whose fresh prompts evict) makes its blocks the
+cache's newest, computing only what was evicted; the decode points then seed nothing, and
+nor do the cached-prefix prefill points (each of them reads pool prompt 0, which keeps it
+recent; a seed before each of their measurements cost the H200's plan-grade profile 30 s
+of 829, docs/evidence/h200/plan-grade). Every run checks the cache hits the engine reports
+(missed_the_cache): a run whose admission missed is discarded, its prompts are computed
+again (only the missing blocks are) and the run is repeated; a second miss fails the
+point. Requests of one batch never share a block (distinct pool prompts). Without the pool
+(not one prompt fits), each point has prompts of its own, seeded again before each round's
+measurement."""
 
 from __future__ import annotations
 

@@ -10,7 +10,13 @@ from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.testing import observation_violations, restoration_violations
 from pytest_sdbench.wire import typed
-from pytest_sdbench.wire.contract import STATUS_COMPLETE, STATUS_PARTIAL
+from pytest_sdbench.wire.contract import (
+    STATUS_COMPLETE,
+    STATUS_PARTIAL,
+    WARMUP_BY_SHAPE,
+    WARMUP_MIN_PASSES,
+    WARMUP_SHAPE_PASSES,
+)
 from pytest_sdbench.wire.points import parse_grid
 
 pytestmark = pytest.mark.sdbench_engine
@@ -285,3 +291,27 @@ def test_retained_decode_steps_come_after_the_first_decode_step_of_their_run(
     assert all(o.step_index == position[o.native_iteration_id] for o in retained)
     assert all(r.kv_tokens > o.point.context_tokens for o in retained
                for r in o.snapshot.requests)
+
+
+def test_a_point_of_a_shape_an_earlier_point_settled_warms_up_for_one_pass(sdbench_collect,
+                                                                            sdbench_engine):
+    """The by_shape warm-up on the real engine: decode points 0 and 1 are one compiled shape
+    (batch 2, K, eager: the same tokens) at two contexts, point 2 another (batch 1). Point
+    1 takes one pass where point 0 settled (else it warms up itself), point 2 warms up
+    itself, and the artifact stating so is valid."""
+    k = sdbench_engine.spec.draft_depth
+    al = sdbench_engine.spec.synthetic_acceptance_length
+    grid = parse_grid({"decode": [
+        {"batch_size": 2, "context_tokens": ctx, "draft_depth": k, "acceptance_length": al}
+        for ctx in (64, 96)] + [{"batch_size": 1, "context_tokens": 64, "draft_depth": k,
+                                 "acceptance_length": al}]})
+    a = sdbench_collect("decode", grid).artifact
+    assert a.measurement_policy.warmup.rule == WARMUP_BY_SHAPE
+    warmup = {o.point_index: (o.warmup_passes, o.warmup_settled) for o in a.decode}
+    assert warmup[0][0] >= WARMUP_MIN_PASSES
+    if warmup[0][1]:
+        assert warmup[1] == (WARMUP_SHAPE_PASSES, True)
+    else:   # the first of the shape never settled: the next one warms up itself
+        assert warmup[1][0] >= WARMUP_MIN_PASSES
+    assert warmup[2][0] >= WARMUP_MIN_PASSES
+    assert validate_data(typed.encode(a)).ok

@@ -290,3 +290,38 @@ def test_a_legacy_label_must_fit_the_document():
            "field of schema_version 4 and later; the artifact is relabelled" in text
     assert "prefill[0].repeat (and 11 more)" not in text   # one message per field
     assert "prefill[0].repeat (and 7 more) is a field of schema_version 4" in text
+
+
+def _by_shape(data: dict, passes: dict[int, int]) -> dict:
+    """The artifact stating the by_shape warm-up, with the given decode points' passes."""
+    data["measurement_policy"]["warmup"].update(rule="by_shape", min_passes=1)
+    for obs in data["decode"]:
+        if obs["point_index"] in passes:
+            obs.update(warmup_passes=passes[obs["point_index"]], warmup_settled=True)
+    return data
+
+
+def test_one_warmup_pass_stands_where_an_earlier_point_settled_its_compiled_shape(
+        cpu_artifact_data):
+    # decode points 0 and 1: batch 1, K=3, contexts 128 and 512 (one eager shape, 4 tokens);
+    # point 0 settled in 2 passes, so point 1 may take one
+    report = validate_data(_by_shape(cpu_artifact_data, {1: 1}))
+    assert report.ok, report.errors
+
+
+@pytest.mark.parametrize("point", [0, 2])   # 0: the first of its shape; 2: batch 4, alone
+def test_one_warmup_pass_without_a_settled_shape_before_it_is_refused(cpu_artifact_data,
+                                                                      point):
+    data = _by_shape(cpu_artifact_data, {point: 1})
+    first = next(i for i, o in enumerate(data["decode"]) if o["point_index"] == point)
+    tokens = data["decode"][first]["point"]["batch_size"] * 4
+    assert errors_of(data) == (
+        f"decode[{first}].warmup_passes: 1 under the by_shape warm-up, yet no earlier decode "
+        f"point of its compiled shape (eager, {tokens} tokens) settled; a point of an "
+        "unsettled shape warms up for at least 2 passes")
+
+
+def test_the_by_shape_warmup_states_its_own_bounds(cpu_artifact_data):
+    data = _by_shape(cpu_artifact_data, {})
+    data["measurement_policy"]["warmup"]["min_passes"] = 2
+    assert errors_of(data) == "measurement_policy.warmup.min_passes: 2, the contract states 1"

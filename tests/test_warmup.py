@@ -1,6 +1,7 @@
-"""The warm-up rule (collection.settled) and the passes it drives (Collector._warm), on a
-fake run_once that returns steps of given times: pure logic, no engine. (How rounds follow
-the warm-up runs on the real engine: tests/test_collection.py.)"""
+"""The warm-up rule (collection.settled) and the passes it drives (Collector._warm, the
+by_shape rule), on a fake run_once that returns steps of given times: pure logic, no engine.
+(How rounds follow the warm-up runs on the real engine, and the by_shape warm-up there:
+tests/test_collection.py.)"""
 
 from types import SimpleNamespace as NS
 
@@ -8,10 +9,17 @@ from pytest_sdbench.collection import settled
 from pytest_sdbench.collector import Collector
 from pytest_sdbench.wire.contract import (
     BOOKING_WARMUP,
+    GRAPH_EAGER,
+    GRAPH_FULL,
+    GRAPH_PIECEWISE,
     WARMUP_MAX_PASSES,
     WARMUP_MIN_PASSES,
+    WARMUP_SHAPE_PASSES,
     WARMUP_TOLERANCE,
 )
+from pytest_sdbench.wire.points import DecodePoint, PrefillPoint, compiled_shape
+
+POINT = NS(point=DecodePoint(batch_size=4, context_tokens=512, draft_depth=3))
 
 
 class FakeRuns:
@@ -20,20 +28,23 @@ class FakeRuns:
 
     MEASURED_SECONDS = 1.0
 
-    def __init__(self, warmup_seconds: list[float]):
+    def __init__(self, warmup_seconds: list[float], graph_mode: str = GRAPH_EAGER):
         self.warmup_seconds = list(warmup_seconds)
+        self.graph_mode = graph_mode
         self.bookings: list[str] = []
 
     def __call__(self, booking: str):
         self.bookings.append(booking)
         seconds = self.warmup_seconds.pop(0) if booking == BOOKING_WARMUP \
             else self.MEASURED_SECONDS
-        return NS(timing=NS(seconds=seconds)), f"outputs of run {len(self.bookings)}"
+        return (NS(timing=NS(seconds=seconds), graph_mode=self.graph_mode),
+                f"outputs of run {len(self.bookings)}")
 
 
-def _warm(warmup_seconds: list[float]):
-    runs = FakeRuns(warmup_seconds)
-    warmup = Collector(engine=None)._warm(None, runs)
+def _warm(warmup_seconds: list[float], collector: Collector | None = None, state=POINT,
+          graph_mode: str = GRAPH_EAGER):
+    runs = FakeRuns(warmup_seconds, graph_mode)
+    warmup = (collector or Collector(engine=None))._warm(state, runs)
     return runs, warmup
 
 
@@ -76,3 +87,42 @@ def test_a_series_that_settles_at_the_last_pass_allowed_is_settled():
     wide = [10.0 if i % 2 else 5.0 for i in range(WARMUP_MAX_PASSES - 1)]
     _, warmup = _warm([*wide, wide[-1]])
     assert warmup == (WARMUP_MAX_PASSES, True)
+
+
+def test_a_point_of_a_shape_an_earlier_point_settled_takes_one_pass():
+    collector = Collector(engine=None)
+    _, first = _warm([10.0, 5.0, 5.0], collector)
+    assert first == (3, True)
+    same_shape = NS(point=DecodePoint(batch_size=4, context_tokens=4096, draft_depth=3))
+    runs, warmup = _warm([7.0, 7.0, 7.0], collector, same_shape)
+    assert warmup == (WARMUP_SHAPE_PASSES, True)
+    assert runs.bookings == [BOOKING_WARMUP] * WARMUP_SHAPE_PASSES
+
+
+def test_a_shape_whose_first_point_never_settled_warms_its_next_point_until_stable():
+    collector = Collector(engine=None)
+    alternating = [10.0 if i % 2 else 5.0 for i in range(WARMUP_MAX_PASSES)]
+    assert _warm(alternating, collector)[1] == (WARMUP_MAX_PASSES, False)
+    same_shape = NS(point=DecodePoint(batch_size=4, context_tokens=4096, draft_depth=3))
+    assert _warm([7.0, 7.0], collector, same_shape)[1] == (WARMUP_MIN_PASSES, True)
+
+
+def test_another_batch_or_graph_mode_is_another_shape():
+    collector = Collector(engine=None)
+    _warm([5.0, 5.0], collector)
+    other_batch = NS(point=DecodePoint(batch_size=8, context_tokens=512, draft_depth=3))
+    assert _warm([7.0, 7.0], collector, other_batch)[1] == (WARMUP_MIN_PASSES, True)
+    assert _warm([7.0, 7.0], collector, POINT, GRAPH_FULL)[1] == (WARMUP_MIN_PASSES, True)
+    assert _warm([7.0], collector, POINT, GRAPH_FULL)[1] == (WARMUP_SHAPE_PASSES, True)
+
+
+def test_a_compiled_shape_is_the_token_count_padded_to_the_capture_size_it_ran_at():
+    sizes = (1, 2, 4, 8, 16, 32)
+    decode = DecodePoint(batch_size=3, context_tokens=512, draft_depth=3)   # 12 tokens
+    assert compiled_shape(decode, GRAPH_FULL, sizes) == ("decode", GRAPH_FULL, 16)
+    assert compiled_shape(decode, GRAPH_EAGER, sizes) == ("decode", GRAPH_EAGER, 12)
+    assert compiled_shape(decode, GRAPH_FULL, None) == ("decode", GRAPH_FULL, 12)
+    prefill = PrefillPoint(batch_size=2, new_tokens=40, cached_prefix_tokens=0)  # over 32
+    assert compiled_shape(prefill, GRAPH_PIECEWISE, sizes) == ("prefill", GRAPH_PIECEWISE, 80)
+    small = PrefillPoint(batch_size=1, new_tokens=16, cached_prefix_tokens=64)
+    assert compiled_shape(small, GRAPH_PIECEWISE, sizes) == ("prefill", GRAPH_PIECEWISE, 16)

@@ -26,10 +26,8 @@ from ..wire.contract import (
     STEP_TIME_SLOWEST_RANK,
     STOP_NOT_FINISHED,
     TIME_UNIT,
-    WARMUP_MAX_PASSES,
-    WARMUP_MIN_PASSES,
-    WARMUP_TOLERANCE,
-    WARMUP_UNTIL_STABLE,
+    WARMUP_BOUNDS,
+    WARMUP_RULE,
     Status,
 )
 from ..wire.model import (
@@ -74,8 +72,7 @@ def measurement_policy(mode: str, repeats: int, ranks: int, repeat_order: str = 
         decode=POLICY_BY_PHASE[PHASE_DECODE] if PHASE_DECODE in phases else None,
         repeats=repeats, repeat_order=repeat_order,  # type: ignore[arg-type]
         order_seed=order_seed, until_pinned=until_pinned,
-        warmup=WarmupPolicy(rule=WARMUP_UNTIL_STABLE, min_passes=WARMUP_MIN_PASSES,
-                            max_passes=WARMUP_MAX_PASSES, tolerance=WARMUP_TOLERANCE),
+        warmup=WarmupPolicy(WARMUP_RULE, *WARMUP_BOUNDS[WARMUP_RULE]),
         step_time_rule=STEP_TIME_SLOWEST_RANK if ranks > 1 else STEP_TIME_SINGLE_RANK,
         median_interval=MEDIAN_INTERVAL)
 

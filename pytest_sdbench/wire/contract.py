@@ -62,12 +62,27 @@ STEADY_STEP_INDEX = 2    # steady_step (legacy): the 1-based run step that was r
 SETTLED_FIRST_STEP = 3   # settled_steps: the first retained run step (decode step 2)
 SETTLED_STEPS = 4        # settled_steps: consecutive steps retained per work item
 
-# Warm-up: unbooked passes of the exact coordinate until its step time is stable: the last
-# pass within WARMUP_TOLERANCE of the one before, after at least WARMUP_MIN_PASSES passes
-# and at most WARMUP_MAX_PASSES (then the point is measured and says it did not settle).
-WarmupRule = Literal["until_stable", "single_pass"]   # single_pass: legacy (v1-v3) only
-WARMUP_UNTIL_STABLE, WARMUP_SINGLE_PASS = get_args(WarmupRule)
+# Warm-up: unbooked passes until a step time is stable: the last pass within
+# WARMUP_TOLERANCE of the one before, after at least WARMUP_MIN_PASSES passes and at most
+# WARMUP_MAX_PASSES (then the point is measured and says it did not settle).
+# until_stable: every exact coordinate warms up so. by_shape (what a collection writes):
+# coordinates of one compiled shape (phase, graph mode, token count padded to the capture
+# size it ran at) share warm state, so a point whose shape an earlier point of the warm-up
+# settled takes WARMUP_SHAPE_PASSES pass, its coordinate's first run; the first point of a
+# shape warms up until stable. Measured on the H200 (docs/evidence/h200/plan-grade): 78 of
+# 79 qwen3-8b decode points whose graph size had run were warm at their first run, 7 of 17
+# of the first of a size. single_pass: legacy (v1-v3) only.
+WarmupRule = Literal["until_stable", "single_pass", "by_shape"]
+WARMUP_UNTIL_STABLE, WARMUP_SINGLE_PASS, WARMUP_BY_SHAPE = get_args(WarmupRule)
 WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE = 2, 8, 0.05
+WARMUP_SHAPE_PASSES = 1
+WARMUP_RULE = WARMUP_BY_SHAPE   # the rule a collection writes
+WARMUP_RULES_SINCE_V4 = (WARMUP_UNTIL_STABLE, WARMUP_BY_SHAPE)   # by_shape: v6 since 12-05
+# (min_passes, max_passes, tolerance) that each rule states
+WARMUP_BOUNDS: dict[str, tuple[int, int, float]] = {
+    WARMUP_UNTIL_STABLE: (WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE),
+    WARMUP_BY_SHAPE: (WARMUP_SHAPE_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE),
+    WARMUP_SINGLE_PASS: (1, 1, 0.0)}
 DEFAULT_REPEATS = 1
 
 # Repeats. "rounds": each round measures every point once, in a fresh seeded order, so that

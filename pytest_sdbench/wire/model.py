@@ -160,7 +160,7 @@ class Coverage:
 
 @dataclass(frozen=True)
 class WarmupPolicy:
-    """How each exact coordinate is warmed up, unbooked, before it is measured."""
+    """How each point is warmed up, unbooked, before it is measured (contract.WarmupRule)."""
     rule: WarmupRule
     min_passes: int
     max_passes: int

@@ -10,17 +10,23 @@ Errors name the exact field, e.g. ``decode[3].batch_size: must be >= 1, got 0``.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import typed
 from .contract import (
     CUDAGRAPH_NONE,
+    GRAPH_EAGER,
+    PHASE_DECODE,
+    PHASE_PREFILL,
     PHASES_BY_MODE,
     POLICY_STEADY_STEP,
     SETTLED_FIRST_STEP,
     SETTLED_STEPS,
     STEADY_STEP_INDEX,
 )
+from .identity import IdentityField
 
 
 class GridError(ValueError):
@@ -165,6 +171,38 @@ class KnownLimits:
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
     kv_tokens: int | None = None
+
+
+def point_label(point: PrefillPoint | DecodePoint) -> str:
+    """A point's coordinates as tables, logs and plots print them."""
+    if isinstance(point, PrefillPoint):
+        return (f"B={point.batch_size} new={point.new_tokens} "
+                f"prefix={point.cached_prefix_tokens}")
+    al = "natural" if point.acceptance_length is None else f"{point.acceptance_length:g}"
+    return f"B={point.batch_size} ctx={point.context_tokens} K={point.draft_depth} AL={al}"
+
+
+def capture_sizes(field: IdentityField) -> tuple[int, ...] | None:
+    """The engine's CUDA graph capture sizes (identity.settings.cudagraph_capture_sizes),
+    or None where unresolved."""
+    value = field.value if field.resolved else None
+    return tuple(int(n) for n in value) if isinstance(value, (list, tuple)) else None
+
+
+def compiled_shape(point: PrefillPoint | DecodePoint, graph_mode: str,
+                   capture_sizes: Sequence[int] | None) -> tuple[str, str, int]:
+    """The compiled shape a point's retained step runs (the by_shape warm-up's key): its
+    phase, its graph mode and its token count (prefill B x new tokens, decode B x (K+1)),
+    padded up to the next capture size when it ran in a graph, as vLLM pads a graph's
+    batch. Without capture sizes the count stays exact (a stricter key, never a looser)."""
+    if isinstance(point, PrefillPoint):
+        phase, tokens = PHASE_PREFILL, point.batch_size * point.new_tokens
+    else:
+        phase, tokens = PHASE_DECODE, point.batch_size * (point.draft_depth + 1)
+    sizes = sorted(capture_sizes or ())
+    if graph_mode != GRAPH_EAGER and sizes and tokens <= sizes[-1]:
+        tokens = sizes[bisect.bisect_left(sizes, tokens)]
+    return phase, graph_mode, tokens
 
 
 def fit_errors(grid: Grid, limits: EngineLimits | KnownLimits,

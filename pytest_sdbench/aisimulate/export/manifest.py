@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ... import __version__
-from ...wire.contract import PACKAGE_NAME, PHASE_DECODE, SOURCE_USER, WARMUP_UNTIL_STABLE
+from ...wire.contract import PACKAGE_NAME, PHASE_DECODE, SOURCE_USER, WARMUP_RULES_SINCE_V4
 from ...wire.model import Artifact, DecodeObservation
 from .. import consumer_plan as cplan
 from .checks import tp_of
@@ -102,7 +102,7 @@ def _row_record(phase: str, item: Selected) -> dict:
 
 def _warnings(a: Artifact, selected) -> list[str]:
     warnings = []
-    if a.measurement_policy.warmup.rule == WARMUP_UNTIL_STABLE:
+    if a.measurement_policy.warmup.rule in WARMUP_RULES_SINCE_V4:
         unsettled = [f"{phase}[{item.observation.point_index}]" for phase, chosen in
                      selected.items() for item in chosen if not item.observation.warmup_settled]
         if unsettled:

@@ -11,7 +11,7 @@ from ...artifact import validate_path
 from ...artifact.store import UnusableArtifact
 from ...wire.contract import ACCEPTANCE_SYNTHETIC, PHASE_DECODE, PHASE_PREFILL, PHASES
 from ...wire.model import Artifact, DecodeObservation, Observation, PrefillObservation
-from ...wire.points import PrefillPoint
+from ...wire.points import point_label
 from ...wire.rounds import samples_by_point
 from .vocabulary import Refused, UnusableInput
 
@@ -130,11 +130,7 @@ def coordinates(phase: str, obs: Observation) -> tuple[int, int, int]:
 
 
 def describe(obs: Observation) -> str:
-    p = obs.point
-    if isinstance(p, PrefillPoint):
-        return f"B={p.batch_size} new={p.new_tokens} prefix={p.cached_prefix_tokens}"
-    al = "natural" if p.acceptance_length is None else f"{p.acceptance_length:g}"
-    return f"B={p.batch_size} ctx={p.context_tokens} K={p.draft_depth} AL={al}"
+    return point_label(obs.point)
 
 
 def seed_regime(obs: Observation) -> str | None:

@@ -18,11 +18,10 @@ from ...wire.contract import (
     POLICY_STEADY_STEP,
     STEP_TIME_SINGLE_RANK,
     STEP_TIME_SLOWEST_RANK,
-    WARMUP_MAX_PASSES,
-    WARMUP_MIN_PASSES,
+    WARMUP_BOUNDS,
+    WARMUP_RULE,
+    WARMUP_RULES_SINCE_V4,
     WARMUP_SINGLE_PASS,
-    WARMUP_TOLERANCE,
-    WARMUP_UNTIL_STABLE,
 )
 from ...wire.model import Artifact, parse_utc
 from .helpers import Err, older_than, resolved, resolved_int
@@ -75,11 +74,13 @@ def check_policy(a: Artifact, err: Err, legacy) -> None:
         err(f"measurement_policy.median_interval: {policy.median_interval!r}; an artifact of "
             f"this schema_version states the median's interval {interval!r}")
     warmup = policy.warmup
-    # Since schema v4 a point warms up until stable with the contract's passes and
-    # tolerance; older artifacts warmed up once (the reader states it so).
+    # Since schema v4 a point warms up until stable, or (v6, by_shape) for one pass where an
+    # earlier point settled its compiled shape, with the contract's passes and tolerance;
+    # older artifacts warmed up once (the reader states it so).
     old = older_than(legacy, 4)
-    want = ((WARMUP_SINGLE_PASS, 1, 1, 0.0) if old else
-            (WARMUP_UNTIL_STABLE, WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE))
+    rule = WARMUP_SINGLE_PASS if old else \
+        warmup.rule if warmup.rule in WARMUP_RULES_SINCE_V4 else WARMUP_RULE
+    want = (rule, *WARMUP_BOUNDS[rule])
     names = ("rule", "min_passes", "max_passes", "tolerance")
     for name, expected in zip(names, want, strict=True):
         got = getattr(warmup, name)

@@ -14,6 +14,7 @@ from ...wire.contract import (
     CUDAGRAPH_NONE,
     DEVICE_CUDA,
     GRAPH_EAGER,
+    GRAPH_MODES,
     GRAPH_MODES_BY_DEVICE,
     KV_SEED_NONE,
     KV_SEED_REAL,
@@ -33,8 +34,11 @@ from ...wire.contract import (
     STEP_TIME_SINGLE_RANK,
     STEP_TIME_SLOWEST_RANK,
     TIMER_FOR_SOURCE,
+    WARMUP_BY_SHAPE,
+    WARMUP_MIN_PASSES,
 )
 from ...wire.model import Artifact, DecodeObservation
+from ...wire.points import capture_sizes, compiled_shape
 from ...wire.records import GpuClock, Snapshot
 from ...wire.shape import decode_mismatch, prefill_mismatch
 from .helpers import Err, is_real_step, older_than, resolved, resolved_int
@@ -70,6 +74,36 @@ def check_observations(a: Artifact, err: Err, legacy) -> None:
             seen_ids.setdefault(obs.native_iteration_id, where)
         if phase == PHASE_DECODE and a.measurement_policy.decode == POLICY_SETTLED_STEPS:
             check_settled_items(observations, err)
+        if a.measurement_policy.warmup.rule == WARMUP_BY_SHAPE:
+            _check_shape_warmup(a, phase, observations, by_point, err)
+
+
+def _check_shape_warmup(a: Artifact, phase: str, observations, by_point: dict[int, list[int]],
+                        err: Err) -> None:
+    """by_shape: a point warmed up for fewer than WARMUP_MIN_PASSES passes relied on an
+    earlier point of its compiled shape (the warm-up runs the grid in order) that settled by
+    its own passes, or that was skipped later (its observations left with it)."""
+    sizes = capture_sizes(a.identity.settings.cudagraph_capture_sizes)
+    points = getattr(a.grid, phase)
+    skipped = {s.point_index for s in a.coverage.skipped_points if s.phase == phase}
+    settled_by: set[tuple[str, str, int]] = set()
+    for index in range(len(points)):
+        members = by_point.get(index)
+        if not members:
+            if index in skipped:   # its graph mode is gone with it: each mode it could have run
+                settled_by.update(compiled_shape(points[index], mode, sizes)
+                                  for mode in GRAPH_MODES)
+            continue
+        first = observations[members[0]]
+        shape = compiled_shape(first.point, first.graph_mode, sizes)
+        if first.warmup_passes >= WARMUP_MIN_PASSES:
+            if first.warmup_settled:
+                settled_by.add(shape)
+        elif shape not in settled_by:
+            err(f"{phase}[{members[0]}].warmup_passes: {first.warmup_passes} under the by_shape "
+                f"warm-up, yet no earlier {phase} point of its compiled shape ({first.graph_mode}"
+                f", {shape[2]} tokens) settled; a point of an unsettled shape warms up for at "
+                f"least {WARMUP_MIN_PASSES} passes")
 
 
 def _check_same_warmup(first, obs, where: str, first_where: str, err: Err) -> None:
