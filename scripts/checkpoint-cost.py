@@ -17,7 +17,7 @@ from pytest_sdbench.wire.model import Artifact
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
 DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json.xz",
-            EVIDENCE / "aisimulate/sdbench-agg-k3-cd95baa72c35.json.xz"]
+            EVIDENCE / "aisimulate/sdbench-agg-k3-7747be92372d.json.xz"]
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.model import DecodeObservation, PrefillObservation
 
 DEFAULT = (Path(__file__).resolve().parent.parent / "docs/evidence/h200/aisimulate"
-           / "sdbench-agg-k3-cd95baa72c35.json.xz")
+           / "sdbench-agg-k3-7747be92372d.json.xz")
 
 
 def median_ms(generation: int | None) -> float:

@@ -765,8 +765,8 @@ def test_repeatability_of_two_h200_starts_in_rounds_is_judged(capsys, tmp_path, 
 
 # The planning profile (issue 35): 5 rounds of the consumer's grid in one engine start, and
 # what docs/export.md ("Repeatability") publishes of it.
-PLANNING = ROOT / "docs/evidence/h200/aisimulate/sdbench-agg-k3-cd95baa72c35.json.xz"
-PUBLISHED_PLANNING = ("failed", 957, 692, 265, 11.3, 0.0)
+PLANNING = ROOT / "docs/evidence/h200/aisimulate/sdbench-agg-k3-7747be92372d.json.xz"
+PUBLISHED_PLANNING = ("failed", 957, 722, 235, 13.9, 0.0)
 
 
 def test_repeatability_of_the_planning_profile_is_judged_for_every_point(capsys, tmp_path,
