@@ -56,7 +56,7 @@ from .wire.contract import (
     STATUS_COMPLETE,
 )
 from .wire.model import Artifact, PointSummary
-from .wire.points import point_label
+from .wire.points import DecodePoint, PrefillPoint, point_label
 from .wire.rounds import CanarySpread
 
 # z of a point's noise bound (the module's docstring says why 4), and of the host canary's
@@ -217,14 +217,10 @@ def _key(phase: str, point) -> tuple:
             point.acceptance_length)
 
 
-def coordinates(phase: str, point) -> str:
-    return point_label(point)
-
-
 @dataclass(frozen=True)
 class _Measured:
     phase: str
-    point: object
+    point: PrefillPoint | DecodePoint
     summary: PointSummary
 
 
@@ -236,7 +232,7 @@ def _measured(a: Artifact) -> dict[tuple, _Measured]:
             for s in a.summaries if (s.phase, s.point_index) in points}
 
 
-def _grid_points(a: Artifact) -> dict[tuple, tuple[str, object]]:
+def _grid_points(a: Artifact) -> dict[tuple, tuple[str, PrefillPoint | DecodePoint]]:
     return {_key(phase, p): (phase, p) for phase in PHASES for p in getattr(a.grid, phase)}
 
 
@@ -342,7 +338,7 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
     for key in sorted(set(grid) | set(measured_b) | set(measured_c), key=_order):
         mb, mc = measured_b.get(key), measured_c.get(key)
         phase, point = grid.get(key) or next((m.phase, m.point) for m in (mb, mc) if m)
-        label = coordinates(phase, point)
+        label = point_label(point)
         if mb is None or mc is None:
             side = "baseline" if mb is None else "candidate"
             why = skipped[side].get(key, "not in its grid")

@@ -17,8 +17,9 @@ from ...wire.contract import (
     STATUS_COMPLETE,
 )
 from ...wire.model import Artifact, Observation
+from ...wire.points import point_label
 from .options import ExportOptions
-from .selecting import Selected, coordinates, describe, modes_by_point, seed_regime
+from .selecting import Selected, coordinates, modes_by_point, seed_regime
 from .vocabulary import ROW_SEED_REGIME, TIMING_SCOPE
 
 # --- Checks: everything the consumer cannot take truthfully ---------------------------------
@@ -106,9 +107,9 @@ def _check_collisions(phase: str, chosen: list[Selected], reasons: list[str]) ->
             first = seen[key]
             reasons.append(
                 f"{phase}[{first.observation.point_index}] "
-                f"({describe(first.observation)}) and "
+                f"({point_label(first.observation.point)}) and "
                 f"{phase}[{item.observation.point_index}] "
-                f"({describe(item.observation)}) land on one consumer coordinate "
+                f"({point_label(item.observation.point)}) land on one consumer coordinate "
                 f"(batch {key[0]}, new {key[1]}, KV {key[2]}); the consumer keys a row by "
                 "those alone (no K or acceptance-length axis): export one acceptance length "
                 "at a time (--acceptance-length AL), or from separate artifacts")
@@ -172,7 +173,7 @@ def _check_prefixes(chosen: list[Selected], reasons: list[str]) -> None:
         obs, regime = item.observation, seed_regime(item.observation)
         if regime not in ROW_SEED_REGIME:
             reasons.append(f"prefill[{obs.point_index}].kv_seed_regime: {regime!r} "
-                           f"({describe(obs)}); only a prefix the engine "
+                           f"({point_label(obs.point)}); only a prefix the engine "
                            "computed and verified as a hit is real KV (the consumer's table "
                            "needs real_kv for cached prefill)")
 

@@ -72,7 +72,7 @@ def select_acceptance(a: Artifact, selected: dict[str, list[Selected]], al: floa
         if isinstance(obs, DecodeObservation) and obs.point.acceptance_length == al:
             kept.append(item)
         else:
-            left_out.append(f"decode[{obs.point_index}] ({describe(obs)})")
+            left_out.append(f"decode[{obs.point_index}] ({point_label(obs.point)})")
     selected[PHASE_DECODE] = kept
     return left_out
 
@@ -95,7 +95,7 @@ def select_graph_modes(selected: dict[str, list[Selected]], graph_modes: Mapping
                            f"({modes_by_point(selected[phase])})")
             continue
         left_out += [f"{phase}[{item.observation.point_index}] "
-                     f"({describe(item.observation)}, graph {item.observation.graph_mode})"
+                     f"({point_label(item.observation.point)}, graph {item.observation.graph_mode})"
                      for item in selected[phase] if item.observation.graph_mode != mode]
         selected[phase] = kept
     return left_out
@@ -127,10 +127,6 @@ def coordinates(phase: str, obs: Observation) -> tuple[int, int, int]:
     kv = sum(r.kv_tokens for r in requests)
     new = sum(r.new_tokens for r in requests) if phase == PHASE_PREFILL else 0
     return len(requests), new, kv
-
-
-def describe(obs: Observation) -> str:
-    return point_label(obs.point)
 
 
 def seed_regime(obs: Observation) -> str | None:
