@@ -47,7 +47,7 @@ from .engine.clock import ClockReader, NoClock, open_clock
 from .engine.surface import InProcessEngine
 from .observer.observer import NativeObserver, TimingMissing
 from .observer.timing import timer_for
-from .prompt_pool import PromptPool, TimeBreakdown, missed_the_cache
+from .prompt_pool import PromptPool, TimeBreakdown, admission_hits, missed_the_cache
 from .wire.contract import (
     BOOKING_MEASURED,
     BOOKING_UNBOOKED,
@@ -141,12 +141,14 @@ class Collector:
             raise RuntimeError("the collector's observer is not attached")
         return self.observer
 
-    def _run(self, prompts, max_tokens: int, booking: Booking):
-        missing, outputs = None, None
+    def _run(self, prompts, max_tokens: int, booking: Booking, stop_after: int | None = None):
+        """(the window's steps, the outputs); stop_after: stop the run after that many steps."""
+        missing, outputs, observer = None, None, self._attached()
+        stop = None if stop_after is None else (lambda: observer.steps_done() >= stop_after)
         try:
-            with self._attached().window(booking) as window, \
+            with observer.window(booking) as window, \
                     self.breakdown.section(f"run {booking}"):
-                outputs = self.engine.generate(prompts, sampling_params(max_tokens))
+                outputs = self.engine.generate(prompts, sampling_params(max_tokens), stop)
         except TimingMissing as exc:
             if ranks.world_size() == 1:
                 raise
@@ -230,7 +232,6 @@ class Collector:
             self.breakdown.count("reseeds")
             self._seed(state)
             return run()
-
 
     # ---- prefill ------------------------------------------------------------------------
     def _prefill_prepare(self, point: PrefillPoint) -> _PointState:
@@ -323,17 +324,17 @@ class Collector:
 
     def _decode_once(self, state: _PointState, booking: Booking):
         """One run of the point's batch: step 1 admits it from the prefix cache, step 2 is
-        its first decode step (the transient), then settled steps. Returns the first
-        retained step (the warm-up times it) and the run's steps."""
+        its first decode step (the transient), then settled steps up to the last retained
+        one, where it stops (max_tokens: no request finished). (first retained, steps)"""
         point = state.point
         assert isinstance(point, DecodePoint)
         max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
-        steps, outputs = self._run(state.prompts, max_tokens, booking)
-        hits = [int(o.num_cached_tokens or 0) for o in outputs]
+        last = SETTLED_FIRST_STEP + SETTLED_STEPS - 1
+        steps, _ = self._run(state.prompts, max_tokens, booking, stop_after=last)
+        hits = admission_hits(steps, len(state.prompts))
         if missed_the_cache(hits, state.prompts, self.engine.block_size):
             raise CacheMiss(f"the {booking} run's cache hits {hits} fall short of its prompts' "
                             "cached blocks (evicted since their seed)")
-        last = SETTLED_FIRST_STEP + SETTLED_STEPS - 1
         if len(steps) < last:
             raise PointFailed(f"settled_steps policy: the {booking} run took only {len(steps)} "
                               f"steps, fewer than the {last} it retains up to")

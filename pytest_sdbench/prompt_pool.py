@@ -11,11 +11,12 @@ cache's newest, computing only what was evicted; the decode points then seed not
 nor do the cached-prefix prefill points (each of them reads pool prompt 0, which keeps it
 recent; a seed before each of their measurements cost the H200's plan-grade profile 30 s
 of 829, docs/evidence/h200/plan-grade). Every run checks the cache hits the engine reports
-(missed_the_cache): a run whose admission missed is discarded, its prompts are computed
-again (only the missing blocks are) and the run is repeated; a second miss fails the
-point. Requests of one batch never share a block (distinct pool prompts). Without the pool
-(not one prompt fits), each point has prompts of its own, seeded again before each round's
-measurement."""
+(missed_the_cache; a decode run, stopped before its requests finish, reads them from the
+step that admitted it: admission_hits): a run whose admission missed is discarded, its
+prompts are computed again (only the missing blocks are) and the run is repeated; a second
+miss fails the point. Requests of one batch never share a block (distinct pool prompts).
+Without the pool (not one prompt fits), each point has prompts of its own, seeded again
+before each round's measurement."""
 
 from __future__ import annotations
 
@@ -45,6 +46,16 @@ def missed_the_cache(hits: Sequence[int], prompts: Sequence[Sequence[int]],
     """A run whose requests were served fewer cached tokens than their prompts' full hit."""
     return any(h < full_cache_hit(len(p), block_size)
                for h, p in zip(hits, prompts, strict=True))
+
+
+def admission_hits(steps, requests: int) -> list[int]:
+    """Each request's prefix-cache hit, as the engine's num_cached_tokens counts it: the KV
+    tokens it read in the step that admitted it (0 for one never scheduled)."""
+    first: dict[str, int] = {}
+    for step in steps:
+        for r in step.snapshot.requests:
+            first.setdefault(r.request_id, r.kv_tokens)
+    return [*first.values(), *[0] * (requests - len(first))]
 
 
 @dataclass(frozen=True)

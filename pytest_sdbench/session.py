@@ -13,14 +13,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema
-
 from .artifact import schema
 from .artifact.build import build_artifact
-from .artifact.store import write_artifact
+from .artifact.store import ArtifactText, parse_json, write_artifact
 from .artifact.sweep import k_label
 from .artifact.validate.report import Report, validate_data
 from .collection import CollectionResult, check_grid_fits
@@ -31,7 +30,6 @@ from .engine.surface import Engine, InProcessEngine, describe_failure, in_proces
 from .host import HostMonitor
 from .points.choice import GridChoice
 from .points.defaults import default_grid, derived_grid
-from .wire import typed
 from .wire.contract import (
     PHASES,
     PHASES_BY_MODE,
@@ -114,12 +112,13 @@ def _say(text: str) -> None:
 # at once from what was measured (_leave_partial), so only a hard kill (SIGKILL) loses
 # anything: the samples since the last write.
 CHECKPOINT_SECONDS = 10.0
-# Writing a checkpoint encodes every sample taken so far (scripts/checkpoint-cost.py: 0.6 s
-# for 524 observations on the 2-core CPU machine; seconds for thousands), so it takes at
-# most this share of the run's time: the next one waits twenty times as long as the last
-# took, and never less than CHECKPOINT_SECONDS. (At a share of 0.1 the H200 plan-grade run,
-# 8,625 observations, spent 61.9 s of its 828.5 s writing checkpoints.) Only a SIGKILL loses
-# the samples since the last write.
+# Writing a checkpoint writes every sample taken so far, each encoded once (ArtifactText:
+# 0.2 s for the planning profile's 8,625 observations on the 2-core CPU machine, where
+# encoding them all took 3.2 s), so it takes at most this share of the run's time: the next
+# one waits twenty times as long as the last took, and never less than CHECKPOINT_SECONDS.
+# (Encoding every sample at each write, the H200 plan-grade run spent 61.9 s of its 828.5 s
+# at a share of 0.1, 34.3 s of 604.4 at 0.05.) Only a SIGKILL loses the samples since the
+# last write.
 CHECKPOINT_SHARE = 0.05
 
 
@@ -138,6 +137,7 @@ class Checkpoint:
         self.run_id, self.worker = run_id, worker
         self.monitor, self.notify = monitor, notify
         self.path = folder / partial_name(name)   # the file written last (or to be)
+        self.text = ArtifactText()   # each sample encoded once, for every write
         self.result: CollectionResult | None = None
         self.written = False
         self.kept = 0                   # the points the file written last holds
@@ -168,7 +168,7 @@ class Checkpoint:
             artifact = self.artifact(cause)
             done = artifact.status == STATUS_COMPLETE
             path = self.folder / (unchecked_name if done else partial_name)(self.name)
-            write_artifact(artifact, path)
+            write_artifact(artifact, path, self.text)
         except OSError as exc:
             if self.error is None:
                 self.notify(f"sdbench: could not write the checkpoint {self.path} ({exc}); "
@@ -279,17 +279,20 @@ def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Pa
 
 def _check_and_write(result: CollectionResult, artifact: Artifact, final_path: Path,
                      checkpoint: Checkpoint) -> CollectionRun:
-    data = typed.encode(artifact)
-    report = validate_data(data)
-    errors = list(report.errors) + [
-        f"JSON Schema: {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-        for e in jsonschema.Draft202012Validator(schema.load()).iter_errors(data)]
+    """Check the text that is written (ArtifactText makes it again, the same): the validator
+    here, the published JSON Schema beside it (in worker processes for a long artifact)."""
+    text = checkpoint.text.text(artifact)
+    data = parse_json(text, str(final_path))
+    with ThreadPoolExecutor(1) as beside:
+        published = beside.submit(schema.violations, data)
+        report = validate_data(data)
+        errors = [*report.errors, *(f"JSON Schema: {m}" for m in published.result())]
     if errors:
-        bad = write_artifact(artifact, final_path.with_suffix(".invalid.json"))
+        bad = write_artifact(artifact, final_path.with_suffix(".invalid.json"), checkpoint.text)
         checkpoint.remove()
         raise InvalidArtifact(f"the artifact failed validation ({bad}): " + "; ".join(errors))
     try:
-        path = write_artifact(artifact, final_path)
+        path = write_artifact(artifact, final_path, checkpoint.text)   # the text checked
     except OSError as exc:
         path = _rescue(artifact, final_path, exc, checkpoint)
     checkpoint.remove()

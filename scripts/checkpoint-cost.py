@@ -1,53 +1,61 @@
 #!/usr/bin/env python3
-"""What one checkpoint write costs as a collection grows: encode and write an artifact's
-samples (committed H200 artifacts: a production grid in rounds, and the planning profile),
-the work session.Checkpoint repeats while a collection runs; and what the end of a
-collection adds before the artifact is written (session._check_and_write): the validator
-and the published JSON Schema over the same samples.
+"""What a collection's writes and its end cost as it grows, on committed H200 artifacts (a
+production grid in rounds, and the planning profile), side by side:
+
+- a checkpoint (session.Checkpoint): the artifact's text made the first time (every sample
+  encoded, ArtifactText) and again (a later checkpoint: the samples' lines reused), and the
+  old way, every sample encoded and indented at every write;
+- the end (session._check_and_write): parsing the text, the validator, and the published
+  JSON Schema in one process and in worker processes (schema.violations).
 
     python scripts/checkpoint-cost.py [ARTIFACT.json[.gz|.xz] ...]
 """
 
+import json
+import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import jsonschema
-
 from pytest_sdbench.artifact import schema
-from pytest_sdbench.artifact.store import read_json, write_artifact  # plain, gzip or xz
+from pytest_sdbench.artifact.store import ArtifactText, parse_json, read_json
 from pytest_sdbench.artifact.validate.report import validate_data
+from pytest_sdbench.wire import typed
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
 DEFAULTS = [EVIDENCE / "repeatability/sdbench-agg-046e3aacf413.json.xz",
             EVIDENCE / "aisimulate/sdbench-agg-k3-7747be92372d.json.xz"]
 
 
+def timed(work):
+    start = time.perf_counter()
+    result = work()
+    return result, time.perf_counter() - start
+
+
 def main() -> None:
+    workers = min(schema.MAX_WORKERS, os.cpu_count() or 1)
     for path in [Path(p) for p in sys.argv[1:]] or DEFAULTS:
-        data = read_json(path)
-        start = time.perf_counter()
-        report = validate_data(data)   # a legacy artifact comes back upgraded
-        validated = time.perf_counter() - start
-        artifact = report.artifact
-        with tempfile.TemporaryDirectory() as folder:
-            start = time.perf_counter()
-            written = write_artifact(artifact, Path(folder) / "checkpoint.json")
-            seconds = time.perf_counter() - start
-            size = written.stat().st_size
+        report = validate_data(read_json(path))   # a legacy artifact comes back upgraded
+        artifact, text = report.artifact, ArtifactText()
+        _, old = timed(lambda: json.dumps(typed.encode(artifact), indent=1))
+        body, first = timed(lambda: text.text(artifact))
+        _, again = timed(lambda: text.text(artifact))
         samples = len(artifact.prefill) + len(artifact.decode)
-        print(f"{path.name}: {samples} observations, {size / 1e6:.1f} MB written in "
-              f"{1000 * seconds:.0f} ms")
+        print(f"{path.name}: {samples} observations, {len(body) / 1e6:.1f} MB of text")
+        print(f"  a checkpoint's text: {again:.2f} s (the first: {first:.2f} s; every "
+              f"sample encoded and indented: {old:.2f} s)")
         if report.legacy:   # the published schema is the current version's
-            print(f"  at the end also: the validator {1000 * validated:.0f} ms (legacy "
-                  f"{report.legacy}: no JSON Schema of its own)")
+            print(f"  (legacy {report.legacy}: no JSON Schema of its own)")
             continue
-        start = time.perf_counter()
-        errors = list(jsonschema.Draft202012Validator(schema.load()).iter_errors(data))
-        print(f"  at the end also: the validator {1000 * validated:.0f} ms "
-              f"(valid: {report.ok}), the JSON Schema {1000 * (time.perf_counter() - start):.0f}"
-              f" ms ({len(errors)} errors)")
+        data, parsed = timed(lambda: parse_json(body))
+        _, validated = timed(lambda: validate_data(data))
+        one, alone = timed(lambda: schema.violations(data, workers=1))
+        many, split = timed(lambda: schema.violations(data, workers=workers))
+        assert sorted(one) == sorted(many)
+        print(f"  at the end: parse {parsed:.2f} s, the validator {validated:.2f} s, the JSON "
+              f"Schema {alone:.2f} s in one process, {split:.2f} s in {workers} "
+              f"({len(one)} violations)")
 
 
 if __name__ == "__main__":

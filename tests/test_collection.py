@@ -293,6 +293,56 @@ def test_retained_decode_steps_come_after_the_first_decode_step_of_their_run(
                for r in o.snapshot.requests)
 
 
+def test_a_decode_run_stops_after_its_last_retained_step(sdbench_collect, small_grid,
+                                                         sdbench_engine, monkeypatch):
+    """Counted from vLLM's own scheduler outputs: each run that a retained decode row comes
+    from (from the step that admits its requests) schedules SETTLED_FIRST_STEP +
+    SETTLED_STEPS - 1 steps, one more where async scheduling had queued it (at the
+    synthetic acceptance length, max_tokens would run it several more); the engine is idle
+    afterwards and serves."""
+    from pytest_sdbench.engine import compat
+    from pytest_sdbench.observer.observer import STAMP_ATTR
+    from pytest_sdbench.wire.contract import SETTLED_FIRST_STEP, SETTLED_STEPS
+    scheduler_cls = type(compat.scheduler(sdbench_engine.llm))
+    schedule, runs = scheduler_cls.schedule, []
+
+    def recording(self, *args, **kwargs):
+        out = schedule(self, *args, **kwargs)
+        if out.scheduled_new_reqs:
+            runs.append([])
+        if out.total_num_scheduled_tokens:
+            runs[-1].append(out)
+        return out
+
+    monkeypatch.setattr(scheduler_cls, "schedule", recording)
+    run = sdbench_collect("decode", small_grid)
+    monkeypatch.undo()
+    run_of = {getattr(out, STAMP_ATTR, 0): len(steps) for steps in runs for out in steps}
+    lengths = [run_of[o.native_iteration_id] for o in run.artifact.decode]
+    last = SETTLED_FIRST_STEP + SETTLED_STEPS - 1
+    assert run.artifact.status == STATUS_COMPLETE
+    assert lengths
+    assert all(last <= n <= last + 1 for n in lengths), lengths
+    assert compat.core_idle(sdbench_engine.llm)
+    assert sdbench_engine.probe().tokens
+
+
+def test_a_stopped_run_aborts_its_requests_and_leaves_the_engine_idle(sdbench_engine):
+    """The engine's stop: asked after every engine step; once it holds, the requests still
+    running are aborted (no outputs), the engine is left idle, and the next run serves in
+    full."""
+    from pytest_sdbench.collector import sampling_params
+    from pytest_sdbench.engine import compat
+    prompts = [sdbench_engine.fresh_tokens(40) for _ in range(2)]
+    asked = itertools.count(1)
+    assert sdbench_engine.generate(prompts, sampling_params(30),
+                                   stop=lambda: next(asked) >= 3) == []
+    assert compat.core_idle(sdbench_engine.llm)
+    outputs = sdbench_engine.generate(prompts, sampling_params(30))
+    assert [len(o.outputs[0].token_ids) for o in outputs] == [30, 30]
+    assert restoration_violations(sdbench_engine) == []
+
+
 def test_a_point_of_a_shape_an_earlier_point_settled_warms_up_for_one_pass(sdbench_collect,
                                                                             sdbench_engine):
     """The by_shape warm-up on the real engine: decode points 0 and 1 are one compiled shape

@@ -595,15 +595,15 @@ def start_engine(spec):
 def faulty_writes(scenario, out):
     real, writes = session.write_artifact, []
 
-    def write_artifact(artifact, path):
+    def write_artifact(artifact, path, *text):
         writes.append(path)
         if scenario == "fills":   # the disk fills after the first checkpoint (--out only)
             if len(writes) > 1 and str(path).startswith(out):
                 raise OSError(errno.ENOSPC, "No space left on device", str(path))
-            return real(artifact, path)
+            return real(artifact, path, *text)
         if scenario == "all" or not str(path).endswith((".partial.json", ".unchecked.json")):
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return real(artifact, path)
+        return real(artifact, path, *text)
     return write_artifact
 
 

@@ -47,3 +47,25 @@ def test_read_json_reads_an_xz_artifact_as_its_json(tmp_path):
     path = tmp_path / "a.json.xz"
     path.write_bytes(lzma.compress(json.dumps(data).encode()))
     assert store.read_json(path) == data
+
+
+def test_an_artifacts_text_is_its_json_with_a_line_an_observation(cpu_artifact_data,
+                                                                   monkeypatch):
+    """ArtifactText: the text parses to the artifact's encoding; each observation is one line
+    of it, encoded once however often the text is made (a collection's checkpoints)."""
+    from pytest_sdbench.artifact.validate.report import validate_data
+    from pytest_sdbench.wire import typed
+    artifact = validate_data(cpu_artifact_data).artifact
+    rows = [*artifact.prefill, *artifact.decode]
+    encoded: list = []
+    real = typed.encode
+    monkeypatch.setattr(store.typed, "encode", lambda v: (encoded.append(v), real(v))[1])
+    text = store.ArtifactText()
+    first, second = text.text(artifact), text.text(artifact)
+    assert sum(v is row for v in encoded for row in rows) == len(rows)
+    monkeypatch.undo()
+    assert first == second
+    assert json.loads(first) == real(artifact) == cpu_artifact_data
+    lines = first.splitlines()
+    assert sum(json.loads(line.rstrip(",")) in map(real, rows) for line in lines
+               if line.startswith("{\"point_index\"")) == len(rows)

@@ -560,6 +560,34 @@ def add_request(llm, request_id: str, token_ids: list[int], params) -> None:
     llm.llm_engine.add_request(request_id, {"prompt_token_ids": token_ids}, params)
 
 
+def generate_until(llm, prompts: list[list[int]], params, stop) -> list:
+    """LLM.generate's loop, stopped early: the requests are added as LLM.enqueue adds them
+    and the engine is stepped (LLMEngine.step) until none is unfinished; after every step
+    `stop()` is asked, and once it holds, every request still running is aborted. The
+    engine is then stepped until its core runs no request and holds no batch (async
+    scheduling queues the next step before the last one's output), so the next run starts
+    on an idle engine. Returns the outputs of the requests that finished before the stop,
+    in LLM.generate's order."""
+    engine = llm.llm_engine
+    ids = llm.enqueue([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    finished: list = []
+    stopped = False
+    while engine.has_unfinished_requests() or not core_idle(llm):
+        finished.extend(o for o in engine.step() if o.finished)
+        if not stopped and stop():
+            engine.abort_request(ids, internal=True)   # enqueue returns internal ids
+            stopped = True
+    return sorted(finished, key=lambda o: int(o.request_id))
+
+
+def core_idle(llm) -> bool:
+    """The engine core holds no unfinished request and no batch in flight (the ids of
+    finished ones may wait for its next schedule, as after LLM.generate)."""
+    core = engine_core(llm)
+    return (not core.scheduler.has_unfinished_requests()
+            and not getattr(core, "batch_queue", None))
+
+
 def engine_step(llm) -> list:
     """One engine step (LLMEngine.step): the RequestOutputs it returned."""
     return llm.llm_engine.step()

@@ -17,6 +17,7 @@ import gc
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -122,13 +123,18 @@ class SdbenchEngine(EngineSurface):
         top = self.vocab_size
         return self.prompt_rng.choices(range(FIRST_PROMPT_TOKEN, top), k=n)
 
-    def generate(self, prompts: list[list[int]], sampling_params):
+    def generate(self, prompts: list[list[int]], sampling_params,
+                 stop: Callable[[], bool] | None = None):
         """Serve the prompts under the step watchdog; anything raised out of the engine
         (including KeyboardInterrupt and pytest-timeout's) marks it unusable and shuts it
-        down before the exception goes on."""
+        down before the exception goes on. `stop`: asked after every engine step; once it
+        holds, the requests still running are aborted (compat.generate_until) and only
+        those that finished before have outputs."""
         self.check_usable()
         try:
             with StepWatchdog(self.llm, self.spec.stall_seconds):
+                if stop is not None:
+                    return compat.generate_until(self.llm, prompts, sampling_params, stop)
                 return self.llm.generate([{"prompt_token_ids": p} for p in prompts],
                                          sampling_params, use_tqdm=False)
         except BaseException as exc:

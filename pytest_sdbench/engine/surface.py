@@ -210,7 +210,8 @@ class InProcessEngine(Engine, Protocol):
 
     def fresh_tokens(self, n: int) -> list[int]: ...
 
-    def generate(self, prompts: list[list[int]], sampling_params: Any) -> Any: ...
+    def generate(self, prompts: list[list[int]], sampling_params: Any,
+                 stop: Callable[[], bool] | None = None) -> Any: ...
 
 
 def in_process(engine: Engine) -> TypeGuard[InProcessEngine]:

@@ -30,6 +30,7 @@ from ..wire.records import (
 )
 
 STAMP_ATTR = "_sdbench_iteration_id"
+_SCHEDULED = compat.FrozenSchedule._fields.index("scheduled")   # an idle step's is empty
 _UNSTAMPED = 0      # what an output without a stamp reads as (native ids start at 1)
 _ABSENT = object()  # the instance held no attribute of that name before attach()
 
@@ -242,6 +243,12 @@ class NativeObserver:
         finally:
             self._window = None
         self._settle(window)
+
+    def steps_done(self) -> int:
+        """The open window's steps that scheduled work and whose output has arrived: a
+        run's progress, read between engine steps (a count over the window's few steps)."""
+        frozen = self._frozen
+        return sum(1 for iid in self._outputs if frozen[iid][_SCHEDULED])
 
     def _take_kept(self) -> tuple[dict, dict, dict, dict]:
         """What the wrappers kept for the window (frozen schedules, outputs, graph modes,
