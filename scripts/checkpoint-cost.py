@@ -33,29 +33,33 @@ def timed(work):
     return result, time.perf_counter() - start
 
 
+def report_on(path: Path, workers: int) -> None:
+    report = validate_data(read_json(path))   # a legacy artifact comes back upgraded
+    artifact, text = report.artifact, ArtifactText()
+    _, old = timed(lambda: json.dumps(typed.encode(artifact), indent=1))
+    body, first = timed(lambda: text.text(artifact))
+    _, again = timed(lambda: text.text(artifact))
+    samples = len(artifact.prefill) + len(artifact.decode)
+    print(f"{path.name}: {samples} observations, {len(body) / 1e6:.1f} MB of text")
+    print(f"  a checkpoint's text: {again:.2f} s (the first: {first:.2f} s; every sample "
+          f"encoded and indented: {old:.2f} s)")
+    if report.legacy:   # the published schema is the current version's
+        print(f"  (legacy {report.legacy}: no JSON Schema of its own)")
+        return
+    data, parsed = timed(lambda: parse_json(body))
+    _, validated = timed(lambda: validate_data(data))
+    one, alone = timed(lambda: schema.violations(data, workers=1))
+    many, split = timed(lambda: schema.violations(data, workers=workers))
+    assert sorted(one) == sorted(many)
+    print(f"  at the end: parse {parsed:.2f} s, the validator {validated:.2f} s, the JSON "
+          f"Schema {alone:.2f} s in one process, {split:.2f} s in {workers} "
+          f"({len(one)} violations)")
+
+
 def main() -> None:
     workers = min(schema.MAX_WORKERS, os.cpu_count() or 1)
     for path in [Path(p) for p in sys.argv[1:]] or DEFAULTS:
-        report = validate_data(read_json(path))   # a legacy artifact comes back upgraded
-        artifact, text = report.artifact, ArtifactText()
-        _, old = timed(lambda: json.dumps(typed.encode(artifact), indent=1))
-        body, first = timed(lambda: text.text(artifact))
-        _, again = timed(lambda: text.text(artifact))
-        samples = len(artifact.prefill) + len(artifact.decode)
-        print(f"{path.name}: {samples} observations, {len(body) / 1e6:.1f} MB of text")
-        print(f"  a checkpoint's text: {again:.2f} s (the first: {first:.2f} s; every "
-              f"sample encoded and indented: {old:.2f} s)")
-        if report.legacy:   # the published schema is the current version's
-            print(f"  (legacy {report.legacy}: no JSON Schema of its own)")
-            continue
-        data, parsed = timed(lambda: parse_json(body))
-        _, validated = timed(lambda: validate_data(data))
-        one, alone = timed(lambda: schema.violations(data, workers=1))
-        many, split = timed(lambda: schema.violations(data, workers=workers))
-        assert sorted(one) == sorted(many)
-        print(f"  at the end: parse {parsed:.2f} s, the validator {validated:.2f} s, the JSON "
-              f"Schema {alone:.2f} s in one process, {split:.2f} s in {workers} "
-              f"({len(one)} violations)")
+        report_on(path, workers)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ import statistics
 import sys
 
 from pytest_sdbench.artifact import validate_path
-from pytest_sdbench.compare import coordinates
 from pytest_sdbench.wire.contract import (
     CONSUMER_MAX_CV,
     CONSUMER_MAX_DISAGREEMENT,
     CONSUMER_REPEATS,
 )
+from pytest_sdbench.wire.points import point_label
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
           f"each, agreement <= {CONSUMER_MAX_DISAGREEMENT:.0%}): {len(passing)}/{len(rows)}")
     print("widest points:")
     for key, x, y, d in sorted(rows, key=lambda r: -r[3])[:8]:
-        print(f"  {key[0]}[{key[1]}] {coordinates(key[0], points[key])}: "
+        print(f"  {key[0]}[{key[1]}] {point_label(points[key])}: "
               f"{x.median_seconds * 1e3:.3f} vs {y.median_seconds * 1e3:.3f} ms ({d:+.1%}), "
               f"CV {x.cv:.1%} / {y.cv:.1%}, canary spread {x.canary_spread or 0:.1%} / "
               f"{y.canary_spread or 0:.1%}")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.wire.points import point_label
 
 
 def _artifact_path(given: str) -> Path:
@@ -34,13 +35,6 @@ def _load(given: str):
     if not report.ok or report.artifact is None:
         sys.exit(f"{path}: not a valid artifact ({'; '.join(report.errors[:3])})")
     return path, report.artifact
-
-
-def _coordinates(phase: str, point) -> str:
-    if phase == "prefill":
-        return f"B={point.batch_size} new={point.new_tokens} prefix={point.cached_prefix_tokens}"
-    return (f"B={point.batch_size} ctx={point.context_tokens} K={point.draft_depth} "
-            f"AL={point.acceptance_length}")
 
 
 def main(argv: list[str]) -> None:
@@ -68,7 +62,7 @@ def main(argv: list[str]) -> None:
             one, two = summaries[0][key], summaries[1][key]
             ratio = two.median_seconds / one.median_seconds
             ratios.setdefault(phase, []).append(ratio)
-            print(f"| {phase}[{i}] | {_coordinates(phase, point)} | "
+            print(f"| {phase}[{i}] | {point_label(point)} | "
                   f"{one.median_seconds * 1e3:.3f} | {two.median_seconds * 1e3:.3f} | "
                   f"{ratio:.3f} | {one.cv * 100:.1f} / {two.cv * 100:.1f} |")
     print()
