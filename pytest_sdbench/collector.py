@@ -307,12 +307,15 @@ class Collector:
             compat.set_synthetic_rates(llm, before)
 
     def _decode_prepare(self, point: DecodePoint) -> _PointState:
-        if self.pool is not None and self.pool.covers(point.batch_size):
-            return _PointState(PHASE_DECODE, point, pooled=True, prompts=self.pool.batch(
-                point.batch_size, point.context_tokens))
-        state = _PointState(PHASE_DECODE, point, prompts=[self._fresh(point.context_tokens)
-                                                          for _ in range(point.batch_size)])
-        self._decode_seed(state)
+        """The pool's prompts, and prompts of its own for a batch wider than the pool (all
+        of them its own without a pool); a point with prompts of its own is seeded now."""
+        shared = ([] if self.pool is None
+                  else self.pool.batch(point.batch_size, point.context_tokens))
+        own = [self._fresh(point.context_tokens)
+               for _ in range(point.batch_size - len(shared))]
+        state = _PointState(PHASE_DECODE, point, pooled=not own, prompts=shared + own)
+        if own:
+            self._decode_seed(state)
         return state
 
     def _decode_seed(self, state: _PointState) -> None:

@@ -3,7 +3,10 @@
 Where POOL_CACHE_SHARE of the KV cache holds it, a collection's prompts come from one pool
 of distinct prompts: a decode point's B prompts are the first B pool prompts cut to its
 context (where the share holds fewer prompts than the widest batch, the pool is that wide,
-and wider decode points seed prompts of their own, as without a pool), and a cached-prefix
+and a wider decode point takes every pool prompt plus prompts of its own for the rest,
+seeded before each of its passes: B - width prompts computed, not B, evicting that much less
+of the pool: the H100 run of the consumer's grid, whose pool was narrower than its widest
+batch, re-seeded 272 runs when such points seeded all B), and a cached-prefix
 prefill point's shared prefix is pool prompt 0 cut to its prefix (+ the block EAGLE
 recomputes). One unbooked run of the whole pool before the decode points of each pass (a
 pass runs its prefill points first, whose fresh prompts evict) makes its blocks the
@@ -80,12 +83,12 @@ class PromptPool:
         return cls(tuple(fresh(length) for _ in range(width)))
 
     def covers(self, batch_size: int) -> bool:
-        """Whether a decode point of this batch takes its prompts from the pool."""
+        """Whether a decode point of this batch takes all its prompts from the pool."""
         return batch_size <= len(self.prompts)
 
     def batch(self, batch_size: int, context_tokens: int) -> list[list[int]]:
-        """A decode point's prompts: the first batch_size pool prompts, cut to its context."""
-        assert self.covers(batch_size), f"batch {batch_size} wider than the pool"
+        """A decode point's pool prompts: the first batch_size (at most the pool's width),
+        cut to its context."""
         return [prompt[:context_tokens] for prompt in self.prompts[:batch_size]]
 
     def prefix(self, tokens: int) -> list[int]:

@@ -100,9 +100,20 @@ def test_a_full_cache_hit_is_what_vllm_serves_with_eagle(sdbench_engine):
 def test_a_pool_narrower_than_the_widest_batch_serves_the_batches_it_covers(
         sdbench_engine, pool_grid, tmp_path, monkeypatch):
     """Where the cache's share holds 2 pool prompts, not the 3 the widest decode point needs:
-    the batch-2 point takes the pool's prompts and seeds nothing; the batch-3 point seeds
-    prompts of its own before each of its passes, as without a pool; every row exact."""
+    the batch-2 point takes the pool's prompts and seeds nothing; the batch-3 point takes
+    the pool's 2 and one prompt of its own, seeded before each of its passes; every row
+    exact."""
     from pytest_sdbench import prompt_pool
+    from pytest_sdbench.collector import Collector
+    seeded = []   # (the seeded prompts, the pool's, cut to the point's context)
+    seed = Collector._decode_seed
+
+    def recording(self, state):
+        context = state.point.context_tokens
+        seeded.append((state.prompts, self.pool.batch(len(self.pool.prompts), context)))
+        seed(self, state)
+
+    monkeypatch.setattr(Collector, "_decode_seed", recording)
     length = max(d.context_tokens for d in pool_grid.decode)
     cache = sdbench_engine.kv_capacity.tokens
     monkeypatch.setattr(prompt_pool, "POOL_CACHE_SHARE", (2 * length + 1) / cache)
@@ -116,6 +127,11 @@ def test_a_pool_narrower_than_the_widest_batch_serves_the_batches_it_covers(
     assert counts.get("seed pool") == 1 + ROUNDS
     assert counts.get("seed decode") == 1 + ROUNDS     # the batch-3 point's own, each pass
     assert counts.get("reseeds", 0) == 0
+    assert len(seeded) == 1 + ROUNDS
+    for prompts, pooled in seeded:
+        assert len(prompts) == 3
+        assert prompts[:2] == pooled
+        assert prompts[2] not in pooled
     _exact(run)
 
 
