@@ -1,26 +1,24 @@
 """Collection: every point is warmed up unbooked (by_shape: the first point of each compiled
 shape until its step time is stable, a later point of a settled shape for one pass), then
-measured booked, retaining from each run the steps the phase's measurement policy names.
-agg runs prefill points before decode points in every pass, so no measured batch mixes the
-two phases.
+measured booked, retaining from each run the steps the phase's measurement policy names
+(agg: prefill points before decode points in every pass, no measured batch mixing them).
 
 Repeats are taken in rounds (the default): after the warm-up pass over the grid, each round
 measures every point once, in a fresh seeded order (wire.rounds.round_order), so that a
 point's samples are spread over the whole collection and their spread is the host's true
 noise; until pinned, points whose median is not yet pinned take more rounds, up to a cap. A
-host-speed canary is read before and after every round. Back-to-back repeats (a point's
-repeats right after its warm-up, the v4 policy) remain available as an explicit policy.
+host-speed canary is read before and after every round. Back-to-back repeats (the v4
+policy) remain available as an explicit policy.
 
 Decode points are seeded: an unbooked run computes the point's prompts (chunked over as
 many steps as the engine's token budget needs), so that the measured run of the same
 prompts is admitted in one step from the prefix cache and reaches the settled steps with
-exactly the point's context. A point is thus limited by the KV capacity and max_num_seqs,
-not by one step's budget. Where the KV cache holds them, the prompts come from one pool
-(prompt_pool.py), and a run whose admission missed the cache is re-seeded and repeated.
+exactly the point's context (limited by the KV capacity, not one step's budget). Where the
+KV cache holds them, the prompts come from one pool (prompt_pool.py), and a run whose
+admission missed the cache is re-seeded and repeated.
 
-The observer is attached for the collection and detached afterwards, whatever happens.
-Python's garbage collector is paused while a point is warmed up or measured (collected
-before), so that its pauses do not land inside measured steps.
+The observer is attached for the collection and detached afterwards, whatever happens; the
+garbage collector is paused while a point is warmed up or measured (collected before).
 """
 
 from __future__ import annotations
@@ -307,10 +305,8 @@ class Collector:
             compat.set_synthetic_rates(llm, before)
 
     def _decode_prepare(self, point: DecodePoint) -> _PointState:
-        """The pool's prompts, and prompts of its own for a batch wider than the pool (all
-        of them its own without a pool); a point with prompts of its own is seeded now."""
-        shared = ([] if self.pool is None
-                  else self.pool.batch(point.batch_size, point.context_tokens))
+        """The pool's prompts, and its own (seeded now) for a batch wider than the pool."""
+        shared = self.pool.batch(point.batch_size, point.context_tokens) if self.pool else []
         own = [self._fresh(point.context_tokens)
                for _ in range(point.batch_size - len(shared))]
         state = _PointState(PHASE_DECODE, point, pooled=not own, prompts=shared + own)
@@ -328,12 +324,14 @@ class Collector:
     def _decode_once(self, state: _PointState, booking: Booking):
         """One run of the point's batch: step 1 admits it from the prefix cache, step 2 is
         its first decode step (the transient), then settled steps up to the last retained
-        one, where it stops (max_tokens: no request finished). (first retained, steps)"""
+        one, where it stops (no request finished), unless the caller asked for decode_tokens
+        (the run's acceptance estimated over that many tokens). (first retained, steps)"""
         point = state.point
         assert isinstance(point, DecodePoint)
         max_tokens = max(self.decode_tokens or 0, decode_max_tokens(point.draft_depth))
         last = SETTLED_FIRST_STEP + SETTLED_STEPS - 1
-        steps, _ = self._run(state.prompts, max_tokens, booking, stop_after=last)
+        steps, _ = self._run(state.prompts, max_tokens, booking,
+                             stop_after=None if self.decode_tokens else last)
         hits = admission_hits(steps, len(state.prompts))
         if missed_the_cache(hits, state.prompts, self.engine.block_size):
             raise CacheMiss(f"the {booking} run's cache hits {hits} fall short of its prompts' "
@@ -392,10 +390,9 @@ class Collector:
 
     def _measure(self, ref: PointRef, state: _PointState, round_index: int,
                  reseed: bool) -> list[Observation]:
-        """One booked pass of the point (one work item: the point's next sample) and the
-        observations it retains. reseed: compute its prompts again first (rounds without
-        the pool: other points ran since; with it, only a run that missed the cache is
-        repeated). The GPU clock is read right before and right after the run."""
+        """One booked pass of the point (its next sample) and the observations it retains.
+        reseed: compute its own prompts again first (other points ran since; pooled ones
+        only after a miss). The GPU clock is read right before and right after the run."""
         repeat = len(state.seconds)
         reseed = reseed and not state.pooled
 

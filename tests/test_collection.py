@@ -327,6 +327,19 @@ def test_a_decode_run_stops_after_its_last_retained_step(sdbench_collect, small_
     assert sdbench_engine.probe().tokens
 
 
+def test_a_decode_run_asked_for_its_tokens_is_not_stopped(sdbench_collect, small_grid):
+    """decode_tokens (the GPU oracle's acceptance matrix: the run's acceptance estimated over
+    that many tokens a request) runs each decode run to its end: every point's run
+    acceptance counts more request-steps than the stopped run's."""
+    def samples(run) -> dict[int, int]:
+        assert run.artifact.status == STATUS_COMPLETE
+        return {o.point_index: o.run_acceptance_samples for o in run.artifact.decode}
+    stopped = samples(sdbench_collect("decode", small_grid))
+    whole = samples(sdbench_collect("decode", small_grid, decode_tokens=48))
+    assert stopped.keys() == whole.keys()
+    assert all(whole[i] > stopped[i] for i in stopped), (stopped, whole)
+
+
 def test_a_stopped_run_aborts_its_requests_and_leaves_the_engine_idle(sdbench_engine):
     """The engine's stop: asked after every engine step; once it holds, the requests still
     running are aborted (no outputs), the engine is left idle, and the next run serves in
