@@ -8,8 +8,8 @@ seeded before each of its passes: B - width prompts computed, not B, evicting th
 of the pool: the H100 run of the consumer's grid, whose pool was narrower than its widest
 batch, re-seeded 272 runs when such points seeded all B, 8 with this; plan-grade evidence),
 and a cached-prefix prefill point's shared prefix is pool prompt 0 cut to its prefix (+ the
-block EAGLE recomputes). One unbooked run of the whole pool before the decode points of each pass (a
-pass runs its prefill points first, whose fresh prompts evict) makes its blocks the
+block EAGLE recomputes). One unbooked run of the whole pool before the decode points of each
+pass (a pass runs its prefill points first, whose fresh prompts evict) makes its blocks the
 cache's newest, computing only what was evicted; the decode points then seed nothing, and
 nor do the cached-prefix prefill points (each of them reads pool prompt 0, which keeps it
 recent; a seed before each of their measurements cost the H200's plan-grade profile 30 s
