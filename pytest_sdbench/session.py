@@ -115,11 +115,11 @@ CHECKPOINT_SECONDS = 10.0
 # Writing a checkpoint writes every sample taken so far, each encoded once (ArtifactText:
 # 0.2 s for the planning profile's 8,625 observations on the 2-core CPU machine, where
 # encoding them all took 3.2 s), so it takes at most this share of the run's time: the next
-# one waits twenty times as long as the last took, and never less than CHECKPOINT_SECONDS.
-# (Encoding every sample at each write, the H200 plan-grade run spent 61.9 s of its 828.5 s
-# at a share of 0.1, 34.3 s of 604.4 at 0.05.) Only a SIGKILL loses the samples since the
-# last write.
-CHECKPOINT_SHARE = 0.05
+# one waits fifty times as long as the last took, and never less than CHECKPOINT_SECONDS.
+# (At a share of 0.05 the H100 plan-grade run spent 20.3 s of its 650.9 s writing; encoding
+# every sample at each write, the H200's 61.9 s of 828.5 at 0.1.) Only a SIGKILL loses the
+# samples since the last write.
+CHECKPOINT_SHARE = 0.02
 
 
 class Checkpoint:
