@@ -17,7 +17,7 @@ from .wire.contract import (
     RepeatOrder,
 )
 from .wire.model import DecodeObservation, PrefillObservation, SkippedPoint
-from .wire.points import Grid, GridError, fit_errors
+from .wire.points import DecodePoint, Grid, GridError, PrefillPoint, fit_errors
 from .wire.rounds import CanarySample, PointRef, Round, UntilPinned
 
 
@@ -104,3 +104,16 @@ def paused_gc(work):
         return work()
     finally:
         gc.enable()
+
+
+@dataclass
+class PointState:
+    """A point's prepared prompts and its samples so far, across rounds."""
+    phase: str
+    point: PrefillPoint | DecodePoint
+    shared: list[int] = field(default_factory=list)      # prefill: the cached prefix
+    prompts: list[list[int]] = field(default_factory=list)  # decode: the seeded prompts
+    pooled: bool = False   # its prompts or prefix are the pool's: seeded again on a miss only
+    warmup: tuple[int, bool] = (0, False)
+    shape_unchecked: bool = False   # warmed by its seed: its first run's shape not seen yet
+    seconds: list[float] = field(default_factory=list)

@@ -1,7 +1,8 @@
-"""Collection: every point is warmed up unbooked (by_shape: the first point of each compiled
-shape until its step time is stable, a later point of a settled shape for one pass), then
-measured booked, retaining from each run the steps the phase's measurement policy names
-(agg: prefill points before decode points in every pass, no measured batch mixing them).
+"""Collection: every point is warmed up unbooked (by_shape_seeded: the first point of each
+compiled shape until its step time is stable, a later prefill point of a settled shape for
+one pass, a later decode point for none: its seed warms it), then measured booked,
+retaining from each run the steps the phase's measurement policy names (agg: prefill points
+before decode points in every pass, no measured batch mixing them).
 
 Repeats are taken in rounds (the default): after the warm-up pass over the grid, each round
 measures every point once, in a fresh seeded order (wire.rounds.round_order), so that a
@@ -28,13 +29,14 @@ import statistics
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import cast
 
 from .collection import (
     CacheMiss,
     CollectionResult,
     PointFailed,
+    PointState,
     check_grid_fits,
     paused_gc,
     settled,
@@ -66,6 +68,7 @@ from .wire.contract import (
     STEADY_STEP_INDEX,
     TIMER_FOR_SOURCE,
     WARMUP_MAX_PASSES,
+    WARMUP_SEEDED_PASSES,
     WARMUP_SHAPE_PASSES,
     Booking,
     Device,
@@ -194,8 +197,8 @@ class Collector:
         raise PointFailed(f"the engine runs CUDA graphs ({engine_mode}) but did not report how "
                           f"iteration {record.native_iteration_id} ran")
 
-    def _warm(self, state: _PointState, run_once) -> tuple[int, bool]:
-        """Warm the point up, unbooked (the by_shape rule): (passes, settled). Its first run
+    def _warm(self, state: PointState, run_once) -> tuple[int, bool]:
+        """Warm the point up, unbooked (the by_shape rules): (passes, settled). Its first run
         names its compiled shape; when an earlier point settled that shape, this one pass
         is its warm-up. Otherwise it runs until settled, and a settled shape is noted."""
         record = self._seeded(state, lambda: run_once(BOOKING_WARMUP))[0]
@@ -210,7 +213,21 @@ class Collector:
             self._warm_shapes.add(shape)
         return len(times), settled(times)
 
-    def _seed(self, state: _PointState) -> None:
+    def _settled_for(self, point: DecodePoint) -> bool:
+        """Whether an earlier point settled a compiled shape this one could run (in any
+        graph mode; its first run says which it ran: _ran_settled)."""
+        return any(compiled_shape(point, mode, self._capture_sizes) in self._warm_shapes
+                   for mode in GRAPH_MODES)
+
+    def _ran_settled(self, state: PointState, steps) -> bool:
+        """A point warmed by its seed alone: its first run ran a settled shape (else that
+        run is discarded, and the point warms up and runs again)."""
+        state.shape_unchecked = False
+        record = steps[SETTLED_FIRST_STEP - 1]
+        return compiled_shape(state.point, self._graph_mode(record),
+                              self._capture_sizes) in self._warm_shapes
+
+    def _seed(self, state: PointState) -> None:
         if state.phase == PHASE_PREFILL:
             self._prefill_seed(state)
         else:
@@ -221,7 +238,7 @@ class Collector:
             with self.breakdown.section("seed pool"):
                 self._run(self.pool.prompts, 1, BOOKING_UNBOOKED)
 
-    def _seeded(self, state: _PointState, run):
+    def _seeded(self, state: PointState, run):
         """run(), repeated once after computing the point's prompts again if its admission
         missed the prefix cache (the missed run is discarded); a second miss fails."""
         try:
@@ -232,7 +249,7 @@ class Collector:
             return run()
 
     # ---- prefill ------------------------------------------------------------------------
-    def _prefill_prepare(self, point: PrefillPoint) -> _PointState:
+    def _prefill_prepare(self, point: PrefillPoint) -> PointState:
         # A real prefix: computed by an unbooked prefill and kept in the prefix cache. With
         # EAGLE, vLLM drops the last matched block of a hit (the draft needs its hidden
         # states), so a hit of P tokens needs P + one block cached and shared; that block
@@ -241,18 +258,18 @@ class Collector:
                   if point.cached_prefix_tokens else 0)
         pooled = self.pool is not None and length > 0
         shared = self.pool.prefix(length) if self.pool is not None else self._fresh(length)
-        state = _PointState(PHASE_PREFILL, point, shared=shared, pooled=pooled)
+        state = PointState(PHASE_PREFILL, point, shared=shared, pooled=pooled)
         self._prefill_seed(state)
         return state
 
-    def _prefill_seed(self, state: _PointState) -> None:
+    def _prefill_seed(self, state: PointState) -> None:
         """(Re)compute the shared prefix, unbooked: at the warm-up, and before each round's
         measurement where it is the point's own (a pool prefix: after a miss only)."""
         if state.shared:
             with self.breakdown.section("seed prefix"):
                 self._run([state.shared], 1, BOOKING_UNBOOKED)
 
-    def _prefill_once(self, state: _PointState, booking: Booking):
+    def _prefill_once(self, state: PointState, booking: Booking):
         point = state.point
         assert isinstance(point, PrefillPoint)
         prompts = [state.shared + self._fresh(point.new_tokens - len(state.shared) +
@@ -267,7 +284,7 @@ class Collector:
             raise PointFailed(f"single_step policy: the {booking} run took {len(steps)} steps")
         return steps[0], outputs
 
-    def _prefill_observation(self, index: int, state: _PointState, record, outputs, clock,
+    def _prefill_observation(self, index: int, state: PointState, record, outputs, clock,
                              repeat: int, round_index: int) -> PrefillObservation:
         point = state.point
         assert isinstance(point, PrefillPoint)
@@ -304,24 +321,24 @@ class Collector:
         finally:
             compat.set_synthetic_rates(llm, before)
 
-    def _decode_prepare(self, point: DecodePoint) -> _PointState:
+    def _decode_prepare(self, point: DecodePoint) -> PointState:
         """The pool's prompts, and its own (seeded now) for a batch wider than the pool."""
         shared = self.pool.batch(point.batch_size, point.context_tokens) if self.pool else []
         own = [self._fresh(point.context_tokens)
                for _ in range(point.batch_size - len(shared))]
-        state = _PointState(PHASE_DECODE, point, pooled=not own, prompts=shared + own)
+        state = PointState(PHASE_DECODE, point, pooled=not own, prompts=shared + own)
         if own:
             self._decode_seed(state)
         return state
 
-    def _decode_seed(self, state: _PointState) -> None:
+    def _decode_seed(self, state: PointState) -> None:
         """Compute every prompt once (chunked as the budget needs), unbooked, so that the
         next run admits them all in one step from the prefix cache; again before each
         round's measurement without the pool, or when a run missed the cache."""
         with self.breakdown.section("seed decode"):
             self._run(state.prompts, 1, BOOKING_UNBOOKED)
 
-    def _decode_once(self, state: _PointState, booking: Booking):
+    def _decode_once(self, state: PointState, booking: Booking):
         """One run of the point's batch: step 1 admits it from the prefix cache, step 2 is
         its first decode step (the transient), then settled steps up to the last retained
         one, where it stops (no request finished), unless the caller asked for decode_tokens
@@ -345,14 +362,14 @@ class Collector:
                               "of the point at once (the seeded prompts left the cache?)")
         return steps[SETTLED_FIRST_STEP - 1], steps
 
-    def _decode_observations(self, index: int, state: _PointState, steps, clock,
+    def _decode_observations(self, index: int, state: PointState, steps, clock,
                              repeat: int, round_index: int) -> list[DecodeObservation]:
         """The work item's settled steps, SETTLED_STEPS consecutive ones, each an exact
         observation with its own snapshot (the context it really read) and native ID."""
         point = state.point
         assert isinstance(point, DecodePoint)
         run = [n for step in steps[STEADY_STEP_INDEX - 1:]
-               for n in _accepted(step, step.corrected_snapshot(), point.draft_depth)]
+               for n in step.accepted_drafts(step.corrected_snapshot(), point.draft_depth)]
         passes, stable = state.warmup
         kept = []
         for step_index in range(SETTLED_FIRST_STEP, SETTLED_FIRST_STEP + SETTLED_STEPS):
@@ -361,7 +378,7 @@ class Collector:
             mismatch = decode_mismatch(point, snapshot, step_index)
             if mismatch:
                 raise PointFailed(f"settled step {step_index}'s snapshot {mismatch}")
-            accepted = _accepted(record, snapshot)
+            accepted = record.accepted_drafts(snapshot)
             kept.append(DecodeObservation(
                 point_index=index, repeat=repeat, round=round_index, point=point,
                 native_iteration_id=record.native_iteration_id, step_index=step_index,
@@ -374,7 +391,7 @@ class Collector:
         return kept
 
     # ---- one point: prepare and warm up; one measured pass ------------------------------
-    def _prepare(self, ref: PointRef, point) -> _PointState:
+    def _prepare(self, ref: PointRef, point) -> PointState:
         """Seed the point's prompts and warm its exact coordinate up, unbooked."""
         def work():
             if ref.phase == PHASE_PREFILL:
@@ -383,12 +400,15 @@ class Collector:
                 return state
             with self._acceptance(point):
                 state = self._decode_prepare(point)
-                state.warmup = self._warm(state, lambda b: self._decode_once(state, b))
+                if WARMUP_SEEDED_PASSES[PHASE_DECODE] == 0 and self._settled_for(point):
+                    state.warmup, state.shape_unchecked = (0, True), True   # its seed warms it
+                else:
+                    state.warmup = self._warm(state, lambda b: self._decode_once(state, b))
             return state
         with self.breakdown.section("warm-up"):
             return paused_gc(work)
 
-    def _measure(self, ref: PointRef, state: _PointState, round_index: int,
+    def _measure(self, ref: PointRef, state: PointState, round_index: int,
                  reseed: bool) -> list[Observation]:
         """One booked pass of the point (its next sample) and the observations it retains.
         reseed: compute its own prompts again first (other points ran since; pooled ones
@@ -413,6 +433,9 @@ class Collector:
             assert isinstance(state.point, DecodePoint)
             with self._acceptance(state.point):
                 (_, steps), clock = measured(self._decode_once)
+                if state.shape_unchecked and not self._ran_settled(state, steps):
+                    state.warmup = self._warm(state, lambda b: self._decode_once(state, b))
+                    (_, steps), clock = measured(self._decode_once)
             return self._decode_observations(ref.point_index, state, steps, clock, repeat,
                                              round_index)
         with self.breakdown.section("measure"):
@@ -539,7 +562,7 @@ class Collector:
         wire.rounds.needs_another_round says so (the fixed rounds, then until pinned)."""
         fixed, until = self.repeats, self.until_pinned
         self._total = len(points) * (1 + fixed)
-        states: dict[PointRef, _PointState] = {}
+        states: dict[PointRef, PointState] = {}
         for ref in self._touching(sorted(points)):
             self._step(f"warm-up {ref.phase}[{ref.point_index}] {point_label(points[ref])}")
             try:
@@ -572,29 +595,5 @@ class Collector:
             index += 1
 
 
-@dataclass
-class _PointState:
-    """A point's prepared prompts and its samples so far, across rounds."""
-    phase: str
-    point: PrefillPoint | DecodePoint
-    shared: list[int] = field(default_factory=list)      # prefill: the cached prefix
-    prompts: list[list[int]] = field(default_factory=list)  # decode: the seeded prompts
-    pooled: bool = False   # its prompts or prefix are the pool's: seeded again on a miss only
-    warmup: tuple[int, bool] = (0, False)
-    seconds: list[float] = field(default_factory=list)
-
-
 def _phase_of(observation) -> str:
     return PHASE_PREFILL if isinstance(observation, PrefillObservation) else PHASE_DECODE
-
-
-def _accepted(record, snapshot, full_depth: int | None = None) -> tuple[int, ...]:
-    """Draft tokens each drafting request of a step had accepted, from the step's output.
-    A step whose output the window never saw (under async scheduling, one scheduled for
-    requests that then finished) contributes nothing; with full_depth, only requests that
-    verified that many drafts count (the last steps of a run may verify fewer)."""
-    if record.accepted is None:
-        return ()
-    return tuple(record.accepted[r.request_id] - 1 for r in snapshot.requests
-                 if r.draft_tokens and r.request_id in record.accepted
-                 and (full_depth is None or r.draft_tokens == full_depth))

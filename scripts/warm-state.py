@@ -103,7 +103,7 @@ def report(path: Path) -> None:
           f"{len(data['grid']['prefill'])} prefill and {len(data['grid']['decode'])} decode "
           f"points, warm-up {rule}")
     shared_shapes(data, sizes)
-    if rule == "by_shape":
+    if rule in ("by_shape", "by_shape_seeded"):
         by_round(data)
 
 

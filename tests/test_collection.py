@@ -11,11 +11,13 @@ from pytest_sdbench.observer.timing import timer_for
 from pytest_sdbench.testing import observation_violations, restoration_violations
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.contract import (
+    PHASE_DECODE,
+    SETTLED_STEPS,
     STATUS_COMPLETE,
     STATUS_PARTIAL,
-    WARMUP_BY_SHAPE,
+    WARMUP_BY_SHAPE_SEEDED,
     WARMUP_MIN_PASSES,
-    WARMUP_SHAPE_PASSES,
+    WARMUP_SEEDED_PASSES,
 )
 from pytest_sdbench.wire.points import parse_grid
 
@@ -356,25 +358,46 @@ def test_a_stopped_run_aborts_its_requests_and_leaves_the_engine_idle(sdbench_en
     assert restoration_violations(sdbench_engine) == []
 
 
-def test_a_point_of_a_shape_an_earlier_point_settled_warms_up_for_one_pass(sdbench_collect,
-                                                                            sdbench_engine):
-    """The by_shape warm-up on the real engine: decode points 0 and 1 are one compiled shape
-    (batch 2, K, eager: the same tokens) at two contexts, point 2 another (batch 1). Point
-    1 takes one pass where point 0 settled (else it warms up itself), point 2 warms up
-    itself, and the artifact stating so is valid."""
-    k = sdbench_engine.spec.draft_depth
-    al = sdbench_engine.spec.synthetic_acceptance_length
-    grid = parse_grid({"decode": [
+def _two_shapes(engine):
+    """Decode points 0 and 1 are one compiled shape (batch 2, K, eager: the same tokens) at
+    two contexts, point 2 another (batch 1)."""
+    k, al = engine.spec.draft_depth, engine.spec.synthetic_acceptance_length
+    return parse_grid({"decode": [
         {"batch_size": 2, "context_tokens": ctx, "draft_depth": k, "acceptance_length": al}
         for ctx in (64, 96)] + [{"batch_size": 1, "context_tokens": 64, "draft_depth": k,
                                  "acceptance_length": al}]})
-    a = sdbench_collect("decode", grid).artifact
-    assert a.measurement_policy.warmup.rule == WARMUP_BY_SHAPE
+
+
+def test_a_decode_point_of_a_shape_an_earlier_point_settled_is_warmed_by_its_seed(
+        sdbench_collect, sdbench_engine):
+    """The by_shape_seeded warm-up on the real engine (_two_shapes): point 1 takes no pass
+    where point 0 settled (its seed warms it; else it warms up itself), point 2 warms up
+    itself, and the artifact stating so is valid and exact."""
+    a = sdbench_collect("decode", _two_shapes(sdbench_engine)).artifact
+    assert a.measurement_policy.warmup.rule == WARMUP_BY_SHAPE_SEEDED
     warmup = {o.point_index: (o.warmup_passes, o.warmup_settled) for o in a.decode}
     assert warmup[0][0] >= WARMUP_MIN_PASSES
     if warmup[0][1]:
-        assert warmup[1] == (WARMUP_SHAPE_PASSES, True)
+        assert warmup[1] == (WARMUP_SEEDED_PASSES[PHASE_DECODE], True)
     else:   # the first of the shape never settled: the next one warms up itself
         assert warmup[1][0] >= WARMUP_MIN_PASSES
     assert warmup[2][0] >= WARMUP_MIN_PASSES
     assert validate_data(typed.encode(a)).ok
+    assert observation_violations(a) == []
+
+
+def test_a_seeded_point_whose_first_run_ran_no_settled_shape_warms_up_and_runs_again(
+        sdbench_collect, sdbench_engine, monkeypatch):
+    """Each decode point is taken for one of a settled shape (the expectation the warm-up
+    pass acts on, forced here), but no shape settled before point 0: its first run names its
+    shape, unsettled, so that run is dropped, the point warms up until stable and is measured
+    again; what it keeps is exact, and states its own passes."""
+    from pytest_sdbench.collector import Collector
+    monkeypatch.setattr(Collector, "_settled_for", lambda self, point: True)
+    a = sdbench_collect("decode", _two_shapes(sdbench_engine)).artifact
+    passes = {o.point_index: o.warmup_passes for o in a.decode}
+    assert passes[0] >= WARMUP_MIN_PASSES
+    kept = [o for o in a.decode if o.point_index == 0]
+    assert len(kept) == SETTLED_STEPS * a.measurement_policy.repeats   # the dropped run's none
+    assert validate_data(typed.encode(a)).ok
+    assert observation_violations(a) == []

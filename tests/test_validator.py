@@ -325,3 +325,37 @@ def test_the_by_shape_warmup_states_its_own_bounds(cpu_artifact_data):
     data = _by_shape(cpu_artifact_data, {})
     data["measurement_policy"]["warmup"]["min_passes"] = 2
     assert errors_of(data) == "measurement_policy.warmup.min_passes: 2, the contract states 1"
+
+
+def _seeded(data: dict, passes: dict[tuple[str, int], int]) -> dict:
+    """The artifact stating the by_shape_seeded warm-up, with the given points' passes."""
+    data["measurement_policy"]["warmup"].update(rule="by_shape_seeded", min_passes=0)
+    for (phase, point), n in passes.items():
+        for obs in data[phase]:
+            if obs["point_index"] == point:
+                obs.update(warmup_passes=n, warmup_settled=True)
+    return data
+
+
+def test_a_seeded_decode_point_of_a_settled_shape_stands_with_no_pass(cpu_artifact_data):
+    # decode point 1 is of decode point 0's shape (batch 1, K=3, eager), which settled
+    report = validate_data(_seeded(cpu_artifact_data, {("decode", 1): 0}))
+    assert report.ok, report.errors
+
+
+def test_a_seeded_decode_point_with_no_pass_and_no_settled_shape_before_it_is_refused(
+        cpu_artifact_data):
+    data = _seeded(cpu_artifact_data, {("decode", 2): 0})   # batch 4: alone of its shape
+    first = next(i for i, o in enumerate(data["decode"]) if o["point_index"] == 2)
+    assert errors_of(data) == (
+        f"decode[{first}].warmup_passes: 0 under the by_shape_seeded warm-up, yet no earlier "
+        "decode point of its compiled shape (eager, 16 tokens) settled; a point of an "
+        "unsettled shape warms up for at least 2 passes")
+
+
+def test_a_seeded_prefill_point_takes_its_one_pass(cpu_artifact_data):
+    # prefill point 1 (batch 1, 64 new tokens after a 64-token prefix) is of point 0's shape
+    data = _seeded(cpu_artifact_data, {("prefill", 1): 0})
+    first = next(i for i, o in enumerate(data["prefill"]) if o["point_index"] == 1)
+    assert errors_of(data) == (f"prefill[{first}].warmup_passes: 0 under the by_shape_seeded "
+                               "warm-up; a prefill point takes at least 1")

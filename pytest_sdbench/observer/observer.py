@@ -162,6 +162,19 @@ class IterationRecord:
         return replace(self.snapshot, requests=requests, corrections=corrections,
                        phase=Snapshot.phase_of(requests))
 
+    def accepted_drafts(self, snapshot: Snapshot,
+                        full_depth: int | None = None) -> tuple[int, ...]:
+        """Draft tokens each drafting request of the step had accepted, from its output. A
+        step whose output the window never saw (under async scheduling, one scheduled for
+        requests that then finished) gives none; with full_depth, only requests that
+        verified that many drafts count (the last steps of a run may verify fewer)."""
+        accepted = self.accepted
+        if accepted is None:
+            return ()
+        return tuple(accepted[r.request_id] - 1 for r in snapshot.requests
+                     if r.draft_tokens and r.request_id in accepted
+                     and (full_depth is None or r.draft_tokens == full_depth))
+
 
 class Window:
     """The iterations stamped while a window was open, joined once their timing arrived."""

@@ -65,23 +65,34 @@ SETTLED_STEPS = 4        # settled_steps: consecutive steps retained per work it
 # Warm-up: unbooked passes until a step time is stable: the last pass within
 # WARMUP_TOLERANCE of the one before, after at least WARMUP_MIN_PASSES passes and at most
 # WARMUP_MAX_PASSES (then the point is measured and says it did not settle).
-# until_stable: every exact coordinate warms up so. by_shape (what a collection writes):
-# coordinates of one compiled shape (phase, graph mode, token count padded to the capture
-# size it ran at) share warm state, so a point whose shape an earlier point of the warm-up
-# settled takes WARMUP_SHAPE_PASSES pass, its coordinate's first run; the first point of a
-# shape warms up until stable. Measured on the H200 (docs/evidence/h200/plan-grade): 78 of
-# 79 qwen3-8b decode points whose graph size had run were warm at their first run, 7 of 17
-# of the first of a size. single_pass: legacy (v1-v3) only.
-WarmupRule = Literal["until_stable", "single_pass", "by_shape"]
-WARMUP_UNTIL_STABLE, WARMUP_SINGLE_PASS, WARMUP_BY_SHAPE = get_args(WarmupRule)
+# until_stable: every exact coordinate warms up so. by_shape: coordinates of one compiled
+# shape (phase, graph mode, token count padded to the capture size it ran at) share warm
+# state, so a point whose shape an earlier point of the warm-up settled takes
+# WARMUP_SHAPE_PASSES pass, its coordinate's first run; the first point of a shape warms up
+# until stable. Measured on the H200 (docs/evidence/h200/plan-grade): 78 of 79 qwen3-8b
+# decode points whose graph size had run were warm at their first run, 7 of 17 of the first
+# of a size. by_shape_seeded (what a collection writes): by_shape, except that a decode point
+# whose shape settled takes WARMUP_SEEDED_PASSES[decode] = 0 passes: its seed (its prompts in
+# the prefix cache) is its warm-up, and its first run, its first sample, is checked to run a
+# settled shape (else it warms up then and runs again). Measured on an H100
+# (scripts/first-run.py): such a point's first run read 1.006 of its next runs' median, 6% of
+# them over 1.05 as 6% of second runs; a prefill point's, 33% over 1.05 against 10%, so it
+# keeps its pass. single_pass: legacy (v1-v3) only.
+WarmupRule = Literal["until_stable", "single_pass", "by_shape", "by_shape_seeded"]
+WARMUP_UNTIL_STABLE, WARMUP_SINGLE_PASS, WARMUP_BY_SHAPE, WARMUP_BY_SHAPE_SEEDED = \
+    get_args(WarmupRule)
 WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE = 2, 8, 0.05
 WARMUP_SHAPE_PASSES = 1
-WARMUP_RULE = WARMUP_BY_SHAPE   # the rule a collection writes
-WARMUP_RULES_SINCE_V4 = (WARMUP_UNTIL_STABLE, WARMUP_BY_SHAPE)   # by_shape: v6 since 12-05
+WARMUP_SEEDED_PASSES = {PHASE_PREFILL: WARMUP_SHAPE_PASSES, PHASE_DECODE: 0}
+WARMUP_RULE = WARMUP_BY_SHAPE_SEEDED   # the rule a collection writes
+WARMUP_SHAPE_RULES = (WARMUP_BY_SHAPE, WARMUP_BY_SHAPE_SEEDED)
+# by_shape: v6 since 12-05; by_shape_seeded: v6 since 12-05 night
+WARMUP_RULES_SINCE_V4 = (WARMUP_UNTIL_STABLE, *WARMUP_SHAPE_RULES)
 # (min_passes, max_passes, tolerance) that each rule states
 WARMUP_BOUNDS: dict[str, tuple[int, int, float]] = {
     WARMUP_UNTIL_STABLE: (WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE),
     WARMUP_BY_SHAPE: (WARMUP_SHAPE_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE),
+    WARMUP_BY_SHAPE_SEEDED: (0, WARMUP_MAX_PASSES, WARMUP_TOLERANCE),
     WARMUP_SINGLE_PASS: (1, 1, 0.0)}
 DEFAULT_REPEATS = 1
 

@@ -34,8 +34,10 @@ from ...wire.contract import (
     STEP_TIME_SINGLE_RANK,
     STEP_TIME_SLOWEST_RANK,
     TIMER_FOR_SOURCE,
-    WARMUP_BY_SHAPE,
+    WARMUP_BY_SHAPE_SEEDED,
     WARMUP_MIN_PASSES,
+    WARMUP_SEEDED_PASSES,
+    WARMUP_SHAPE_RULES,
 )
 from ...wire.model import Artifact, DecodeObservation
 from ...wire.points import capture_sizes, compiled_shape
@@ -74,7 +76,7 @@ def check_observations(a: Artifact, err: Err, legacy) -> None:
             seen_ids.setdefault(obs.native_iteration_id, where)
         if phase == PHASE_DECODE and a.measurement_policy.decode == POLICY_SETTLED_STEPS:
             check_settled_items(observations, err)
-        if a.measurement_policy.warmup.rule == WARMUP_BY_SHAPE:
+        if a.measurement_policy.warmup.rule in WARMUP_SHAPE_RULES:
             _check_shape_warmup(a, phase, observations, by_point, err)
 
 
@@ -82,11 +84,14 @@ def _check_shape_warmup(a: Artifact, phase: str, observations, by_point: dict[in
                         err: Err) -> None:
     """by_shape: a point warmed up for fewer than WARMUP_MIN_PASSES passes relied on an
     earlier point of its compiled shape (the warm-up runs the grid in order) that settled by
-    its own passes, or that was skipped later (its observations left with it)."""
+    its own passes, or that was skipped later (its observations left with it).
+    by_shape_seeded: the same, and a point takes at least its phase's WARMUP_SEEDED_PASSES
+    (a prefill point one pass, a decode point none: its seed)."""
     sizes = capture_sizes(a.identity.settings.cudagraph_capture_sizes)
     points = getattr(a.grid, phase)
     skipped = {s.point_index for s in a.coverage.skipped_points if s.phase == phase}
     settled_by: set[tuple[str, str, int]] = set()
+    seeded = a.measurement_policy.warmup.rule == WARMUP_BY_SHAPE_SEEDED
     for index in range(len(points)):
         members = by_point.get(index)
         if not members:
@@ -96,14 +101,18 @@ def _check_shape_warmup(a: Artifact, phase: str, observations, by_point: dict[in
             continue
         first = observations[members[0]]
         shape = compiled_shape(first.point, first.graph_mode, sizes)
+        if seeded and first.warmup_passes < WARMUP_SEEDED_PASSES[phase]:
+            err(f"{phase}[{members[0]}].warmup_passes: {first.warmup_passes} under the "
+                f"{WARMUP_BY_SHAPE_SEEDED} warm-up; a {phase} point takes at least "
+                f"{WARMUP_SEEDED_PASSES[phase]}")
         if first.warmup_passes >= WARMUP_MIN_PASSES:
             if first.warmup_settled:
                 settled_by.add(shape)
         elif shape not in settled_by:
-            err(f"{phase}[{members[0]}].warmup_passes: {first.warmup_passes} under the by_shape "
-                f"warm-up, yet no earlier {phase} point of its compiled shape ({first.graph_mode}"
-                f", {shape[2]} tokens) settled; a point of an unsettled shape warms up for at "
-                f"least {WARMUP_MIN_PASSES} passes")
+            err(f"{phase}[{members[0]}].warmup_passes: {first.warmup_passes} under the "
+                f"{a.measurement_policy.warmup.rule} warm-up, yet no earlier {phase} point of "
+                f"its compiled shape ({first.graph_mode}, {shape[2]} tokens) settled; a point "
+                f"of an unsettled shape warms up for at least {WARMUP_MIN_PASSES} passes")
 
 
 def _check_same_warmup(first, obs, where: str, first_where: str, err: Err) -> None:
