@@ -1,6 +1,6 @@
 """What a collection produces and the checks made before it runs: the result (observations,
-rounds, times), the failures of a point, the fit of a grid to an engine, the warm-up rule,
-the paused garbage collector."""
+rounds, times), a point's state across rounds, the failures of a point, the fit of a grid to
+an engine, the warm-up rule, the paused garbage collector."""
 
 from __future__ import annotations
 
