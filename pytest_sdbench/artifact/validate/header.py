@@ -75,8 +75,9 @@ def check_policy(a: Artifact, err: Err, legacy) -> None:
             f"this schema_version states the median's interval {interval!r}")
     warmup = policy.warmup
     # Since schema v4 a point warms up until stable, or (v6, by_shape) for one pass where an
-    # earlier point settled its compiled shape, with the contract's passes and tolerance;
-    # older artifacts warmed up once (the reader states it so).
+    # earlier point settled its compiled shape (by_shape_seeded: a decode point for none),
+    # with the contract's passes and tolerance; older artifacts warmed up once (the reader
+    # states it so).
     old = older_than(legacy, 4)
     rule = WARMUP_SINGLE_PASS if old else \
         warmup.rule if warmup.rule in WARMUP_RULES_SINCE_V4 else WARMUP_RULE
