@@ -115,5 +115,10 @@ class PointState:
     prompts: list[list[int]] = field(default_factory=list)  # decode: the seeded prompts
     pooled: bool = False   # its prompts or prefix are the pool's: seeded again on a miss only
     warmup: tuple[int, bool] = (0, False)
-    shape_unchecked: bool = False   # warmed by its seed: its first run's shape not seen yet
     seconds: list[float] = field(default_factory=list)
+
+    @property
+    def shape_unchecked(self) -> bool:
+        """Warmed by its seed alone (no pass), and no sample yet: its first run's shape is
+        still to be checked."""
+        return self.warmup[0] == 0 and not self.seconds

@@ -68,7 +68,6 @@ from .wire.contract import (
     STEADY_STEP_INDEX,
     TIMER_FOR_SOURCE,
     WARMUP_MAX_PASSES,
-    WARMUP_SEEDED_PASSES,
     WARMUP_SHAPE_PASSES,
     Booking,
     Device,
@@ -222,7 +221,6 @@ class Collector:
     def _ran_settled(self, state: PointState, steps) -> bool:
         """A point warmed by its seed alone: its first run ran a settled shape (else that
         run is discarded, and the point warms up and runs again)."""
-        state.shape_unchecked = False
         record = steps[SETTLED_FIRST_STEP - 1]
         return compiled_shape(state.point, self._graph_mode(record),
                               self._capture_sizes) in self._warm_shapes
@@ -400,8 +398,8 @@ class Collector:
                 return state
             with self._acceptance(point):
                 state = self._decode_prepare(point)
-                if WARMUP_SEEDED_PASSES[PHASE_DECODE] == 0 and self._settled_for(point):
-                    state.warmup, state.shape_unchecked = (0, True), True   # its seed warms it
+                if self._settled_for(point):   # its seed warms it (WARMUP_SEEDED_PASSES)
+                    state.warmup = (0, True)
                 else:
                     state.warmup = self._warm(state, lambda b: self._decode_once(state, b))
             return state
