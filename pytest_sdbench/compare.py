@@ -25,7 +25,10 @@ The host: each side's host canary (a fixed host workload read before and after e
 round) says how fast the host ran. When the candidate's canary is slower than the
 baseline's beyond the canary's own noise (HOST_Z, the same rule over its readings), a point
 slower than its bound by no more than the host's slowdown is ``host_slower``: told apart
-from a regression and not failing the gate; a point slower beyond that is regressed.
+from a regression and not failing the gate; a point slower beyond that is regressed. A side
+whose canary readings vary beyond HOST_STEADY_CV changed speed within its collection (its
+medians may agree with the other side's while its points' medians sit in either speed):
+the host line says so beside the verdicts; it does not change them.
 
 A point is regressed when it is slower than max(noise, --fail-above), plus the host's
 slowdown. The gate fails, naming each cause, on a regressed point, on noise it cannot
@@ -63,6 +66,10 @@ from .wire.rounds import CanarySpread
 # (one comparison, not one a point: the two-sided 95% z).
 NOISE_Z = 4.0
 HOST_Z = PINNED_Z
+# A side's canary CV over its readings beyond which its host changed speed within the
+# collection: 2-5% on a steady 2-core CI host; 22% was seen beside a same-code point +55%
+# whose canary medians agreed (-1.1%).
+HOST_STEADY_CV = 0.10
 FORMATS = ("text", "markdown", "csv", "json")
 
 OK, REGRESSED, IMPROVED = "within_noise", "regressed", "improved"
@@ -124,6 +131,7 @@ class HostComparison:
     beyond the canary's noise (the largest such workload's change)."""
     workloads: tuple[HostWorkload, ...]
     missing: str | None            # why the hosts could not be compared (no canary)
+    unsteady: tuple[str, ...] = ()  # each side whose canary varied beyond HOST_STEADY_CV
 
     @property
     def slowdown_pct(self) -> float:
@@ -143,6 +151,10 @@ class HostComparison:
                        "speed-up may hide")
         else:
             verdict = "the hosts ran alike (within the canary's noise)"
+        if self.unsteady:
+            verdict += ("; but the host changed speed within a collection ("
+                        f"{'; '.join(self.unsteady)}): its points' medians may sit in "
+                        "either speed")
         return f"host canary, baseline -> candidate: {'; '.join(parts)}: {verdict}"
 
     def as_dict(self) -> dict:
@@ -150,7 +162,8 @@ class HostComparison:
                 "workloads": [{"workload": w.workload, "base_ms": w.base_ms,
                                "cand_ms": w.cand_ms, "change_pct": round(w.change_pct, 2),
                                "noise_pct": round(w.noise_pct, 2), "slower": w.slower}
-                              for w in self.workloads]}
+                              for w in self.workloads],
+                "unsteady": list(self.unsteady)}
 
 
 @dataclass
@@ -288,10 +301,14 @@ def compare_hosts(base: CanarySpread | None, cand: CanarySpread | None) -> HostC
     if base.launch_median_seconds is not None and cand.launch_median_seconds is not None:
         workloads.append(("kernel launches", base.launch_median_seconds, base.launch_cv or 0.0,
                           cand.launch_median_seconds, cand.launch_cv or 0.0))
+    unsteady = tuple(f"{side}'s canary CV {100 * c.python_cv:.1f}% over {c.samples} readings "
+                     f"> {100 * HOST_STEADY_CV:.0f}%"
+                     for side, c in (("baseline", base), ("candidate", cand))
+                     if c.python_cv > HOST_STEADY_CV)
     return HostComparison(tuple(
         HostWorkload(name, 1e3 * mb, 1e3 * mc, 100 * (mc / mb - 1),
                      100 * median_noise(HOST_Z, cvb, base.samples, cvc, cand.samples))
-        for name, mb, cvb, mc, cvc in workloads), None)
+        for name, mb, cvb, mc, cvc in workloads), None, unsteady)
 
 
 def _same_order_seed(base: Artifact, cand: Artifact) -> str | None:

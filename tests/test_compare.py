@@ -305,6 +305,26 @@ def test_a_host_that_ran_slower_is_told_from_a_regression(tmp_path, capsys):
     assert "the hosts ran alike" in capsys.readouterr().out
 
 
+def test_a_side_whose_host_changed_speed_within_its_collection_is_named(tmp_path, capsys):
+    """The candidate's canary medians agree with the baseline's while a third of its readings
+    ran at 1.8x (a two-speed host): the host line says the candidate changed speed, beside
+    verdicts it leaves as they are; a steady pair says nothing of it."""
+    base = _controlled()
+    two_speed = _rebuilt(_controlled(), canary=lambda i, _: 1e-3 * (1.8 if i % 3 == 0 else 1.0))
+    result = compare(base, two_speed)
+    (said,) = result.host.unsteady
+    assert said.startswith("candidate's canary CV ")
+    assert said.endswith("> 10%")
+    assert not result.host.workloads[0].slower
+    assert not result.failed
+    assert "the hosts ran alike (within the canary's noise); but the host changed speed " \
+        "within a collection (candidate's canary CV" in result.host.line()
+    assert main(["compare", str(_write(tmp_path, "b.json", base)),
+                 str(_write(tmp_path, "c.json", two_speed)), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host"]["unsteady"] == [said]
+    assert compare(base, _controlled()).host.unsteady == ()
+
+
 def test_fail_above_raises_the_bar_over_the_noise():
     base, slower = _controlled(), _controlled(scale=1.5)
     assert compare(base, slower).failed
