@@ -201,7 +201,7 @@ class Collector:
         names its compiled shape; when an earlier point settled that shape, this one pass
         is its warm-up. Otherwise it runs until settled, and a settled shape is noted."""
         record = self._seeded(state, lambda: run_once(BOOKING_WARMUP))[0]
-        shape = compiled_shape(state.point, self._graph_mode(record), self._capture_sizes)
+        shape = self._shape_run(state.point, record)
         if shape in self._warm_shapes:
             return WARMUP_SHAPE_PASSES, True
         times = [record.timing.seconds]
@@ -221,9 +221,11 @@ class Collector:
     def _ran_settled(self, state: PointState, steps) -> bool:
         """A point warmed by its seed alone: its first run ran a settled shape (else that
         run is discarded, and the point warms up and runs again)."""
-        record = steps[SETTLED_FIRST_STEP - 1]
-        return compiled_shape(state.point, self._graph_mode(record),
-                              self._capture_sizes) in self._warm_shapes
+        return self._shape_run(state.point, steps[SETTLED_FIRST_STEP - 1]) in self._warm_shapes
+
+    def _shape_run(self, point, record) -> tuple[str, str, int]:
+        """The compiled shape the point's record ran (wire.points.compiled_shape)."""
+        return compiled_shape(point, self._graph_mode(record), self._capture_sizes)
 
     def _seed(self, state: PointState) -> None:
         if state.phase == PHASE_PREFILL:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from pytest_sdbench.artifact.store import read_json  # plain, gzip or xz, within the caps
-from pytest_sdbench.wire.contract import WARMUP_MIN_PASSES
+from pytest_sdbench.wire.contract import WARMUP_MIN_PASSES, WARMUP_SHAPE_RULES
 from pytest_sdbench.wire.points import DecodePoint, PrefillPoint, compiled_shape
 
 EVIDENCE = Path(__file__).resolve().parent.parent / "docs/evidence/h200"
@@ -103,7 +103,7 @@ def report(path: Path) -> None:
           f"{len(data['grid']['prefill'])} prefill and {len(data['grid']['decode'])} decode "
           f"points, warm-up {rule}")
     shared_shapes(data, sizes)
-    if rule in ("by_shape", "by_shape_seeded"):
+    if rule in WARMUP_SHAPE_RULES:
         by_round(data)
 
 
