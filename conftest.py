@@ -50,7 +50,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
     as it always has)."""
     if config.args_source != pytest.Config.ArgsSource.TESTPATHS:
         return 0
-    from pytest_sdbench.host import visible_gpus
+    from pytest_sdbench.engine.host import visible_gpus
     if visible_gpus() or (os.cpu_count() or 1) < WORKERS:
         return 0
     return WORKERS

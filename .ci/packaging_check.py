@@ -48,7 +48,7 @@ def problems(checkout: Path, venv: Path) -> list[str]:
           f"artifact/schema.json is not installed with the package ({schema.SCHEMA_PATH})")
     check(schema.SCHEMA_PATH.is_file() and schema.load() == json.loads(schema.render()),
           "the installed schema.json is not the one the wire format generates")
-    for module in ("pytest_sdbench.rank_server", "pytest_sdbench.cli"):  # python -m
+    for module in ("pytest_sdbench.run.rank_server", "pytest_sdbench.cli"):  # python -m
         spec = importlib.util.find_spec(module)
         check(spec is not None and spec.origin is not None
               and Path(spec.origin).resolve().is_relative_to(package),

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sdbench.host import visible_gpus
-from pytest_sdbench.options import spelled, user_engine_args
+from pytest_sdbench.engine.host import visible_gpus
+from pytest_sdbench.run.options import spelled, user_engine_args
 
 # The session engine's acceptance length (the matrix cells set theirs per point).
 GATE_ACCEPTANCE_LENGTH = 2.78

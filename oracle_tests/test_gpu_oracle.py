@@ -1,7 +1,7 @@
 """The GPU oracle (CUDA only; skipped with the reason on CPU): the qwen3-0.6b preset under a
 3.6 GiB VRAM mark, prefill-only collection, the decode acceptance matrix, and the CUDA-graph
 batch axis. Every collection checks the engine's restoration itself
-(pytest_sdbench.session.collect_to_artifact). On CUDA the suite turns on synthetic acceptance
+(pytest_sdbench.run.collect.collect_to_artifact). On CUDA the suite turns on synthetic acceptance
 and CUDA graphs (gate.py), so the gate runs every test with no other option; the eager
 engine is the second run:
 
@@ -12,7 +12,7 @@ engine is the second run:
 import pytest
 
 from pytest_sdbench.engine.spec import GRAPH_BATCHES
-from pytest_sdbench.testing import observation_violations
+from pytest_sdbench.plugin.testing import observation_violations
 from pytest_sdbench.wire.contract import GRAPH_EAGER, STATUS_COMPLETE
 from pytest_sdbench.wire.points import parse_grid
 

@@ -1,6 +1,6 @@
 """The oracle: the collection for --sdbench-mode (agg by default) is complete, exact and
 written as validated. The collection itself refuses an invalid artifact and an engine left
-unrestored (pytest_sdbench.session.collect_to_artifact); the tests here check what it does
+unrestored (pytest_sdbench.run.collect.collect_to_artifact); the tests here check what it does
 not, and test_oracle_evidence.py checks the observations against the engine's own clocks
 and state."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pytest_sdbench.testing import observation_violations
+from pytest_sdbench.plugin.testing import observation_violations
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.contract import MODE_AGG, STATUS_COMPLETE
 

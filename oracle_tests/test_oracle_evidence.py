@@ -15,11 +15,15 @@ from unittest.mock import patch
 
 import pytest
 
-from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer.observer import STAMP_ATTR, NativeObserver
-from pytest_sdbench.observer.timing import timer_for
-from pytest_sdbench.testing import annotated_steps, restoration_violations, traced_step_seconds
+from pytest_sdbench.measure.collector import sampling_params
+from pytest_sdbench.measure.observer import STAMP_ATTR, NativeObserver
+from pytest_sdbench.measure.timing import timer_for
+from pytest_sdbench.plugin.testing import (
+    annotated_steps,
+    restoration_violations,
+    traced_step_seconds,
+)
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 # |native / trace - 1| over the steps of one run. On the H200 the benchmark measured at

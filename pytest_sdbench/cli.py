@@ -25,20 +25,20 @@ import signal
 import sys
 import time
 
-from .compare import FORMATS
-from .files import out_dir_problem
-from .options import (
+from .commands.terminal import Parser, Version, closed_pipe
+from .readers.compare import FORMATS
+from .run.options import (
     DEFAULT_ARTIFACT_DIR,
     add_cli_options,
     k_window_note,
 )
-from .terminal import Parser, Version, closed_pipe
 from .wire.contract import (
     K_WINDOW,
     MAX_REPORTED_VIOLATIONS,
     MIN_ROUNDS_FOR_NOISE,
     STATUS_COMPLETE,
 )
+from .wire.files import out_dir_problem
 from .wire.points import point_label
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
                        "(one engine and artifact per K of a sweep, plus an index)",
                        description="Start a vLLM engine with an EAGLE3 draft, collect a "
                        "profile, write the artifact. The options are the pytest plugin's "
-                       "without the --sdbench- prefix (pytest_sdbench/options.py). Exit 0 "
+                       "without the --sdbench- prefix (pytest_sdbench/run/options.py). Exit 0 "
                        "complete, 1 failed or partial, 2 unusable input (nothing started), "
                        "130 interrupted (what was measured is kept and named).")
     add_cli_options(c, "collect")
@@ -183,9 +183,9 @@ def cmd_collect(args) -> int:
     # VLLM_LOGGING_LEVEL to see them).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    from .host import registry_dir
-    from .inputs import check_vllm_installed, read_inputs
-    from .options import InputError
+    from .engine.host import registry_dir
+    from .run.inputs import check_vllm_installed, read_inputs
+    from .run.options import InputError
     note = k_window_note(args.k, cli=True)
     if note:
         _err(f"sdbench collect: note: {note}")
@@ -219,7 +219,7 @@ def _collect_one(spec, inputs, out: str):
     """Start the engine of one K, collect, free it. (exit code, CollectionRun or None)"""
     from .engine.launch import start_engine
     from .engine.surface import describe_failure
-    from .session import (
+    from .run.collect import (
         ArtifactNotWritten,
         InvalidArtifact,
         collect_to_artifact,
@@ -269,7 +269,7 @@ def _collect_one(spec, inputs, out: str):
     if getattr(run, "result", None) is not None:
         print(f"time: {describe_time(run.result)}")
     if inputs.plots:
-        from .plot import plot_beside
+        from .readers.plot import plot_beside
         print(f"wrote the plots {plot_beside(run.path, run.artifact)[-1]}")
     return (EXIT_OK if run.artifact.status == STATUS_COMPLETE else EXIT_INVALID), run
 
@@ -385,7 +385,7 @@ SUMMARY_HEADER = "point summary"
 def _summary_table(a) -> str:
     """Each point's samples summarised (describe.SUMMARY_COLUMNS): n, median, the half
     width of its CI, CV across rounds, min, max, why it stopped, the canary's spread."""
-    from .describe import SUMMARY_COLUMNS, SUMMARY_NOTE
+    from .readers.describe import SUMMARY_COLUMNS, SUMMARY_NOTE
     cells = [[c.cell(s) for c in SUMMARY_COLUMNS] for s in a.summaries]
     widths = [max(len(c.label), *(len(row[i]) for row in cells))
               for i, c in enumerate(SUMMARY_COLUMNS)]
@@ -407,7 +407,7 @@ def cmd_show(args) -> int:
         return EXIT_UNUSABLE
     if is_sweep_index(data):
         return _show_index(args.path, data)
-    from .describe import canary_line, placement_line, policy_line, repeat_policy
+    from .readers.describe import canary_line, placement_line, policy_line, repeat_policy
     a, code = _load_valid(args.path)
     if a is None:
         return code
@@ -461,7 +461,8 @@ def cmd_compare(args) -> int:
     """The gate (compare.py): exit 1 on a regressed point, on noise it cannot judge (too
     few rounds, no --noise-floor) or an unfair comparison (a missing point, a partial side,
     another mode, a contended side), 2 on unusable input."""
-    from .compare import compare, render
+    from .readers.compare import compare, render
+    from .run.recollect import collect_command
     base, _ = _load_valid(args.baseline)
     if base is None:
         return EXIT_UNUSABLE
@@ -470,14 +471,14 @@ def cmd_compare(args) -> int:
         return EXIT_UNUSABLE
     result = compare(base, cand, fail_above_pct=args.fail_above,
                      noise_floor_pct=args.noise_floor, base_name=args.baseline,
-                     cand_name=args.candidate)
+                     cand_name=args.candidate, recollect=collect_command)
     print(render(result, args.format))
     return EXIT_INVALID if result.failed else EXIT_OK
 
 
 def cmd_plot(args) -> int:
-    from .figures import PlotUnavailable, require_matplotlib
-    from .plot import write_plots
+    from .readers.figures import PlotUnavailable, require_matplotlib
+    from .readers.plot import write_plots
     if not args.paths and not args.compare:
         _err("sdbench plot: give an ARTIFACT to draw, or --compare BASELINE CANDIDATE")
         return EXIT_UNUSABLE
@@ -533,11 +534,11 @@ def _positive(text: str) -> int:
 def cmd_crosscheck(args) -> int:
     from pathlib import Path
 
-    from .crosscheck import CrosscheckUnusable, check_profile, crosscheck, table, write
-    from .fidelity.match import ProfileUnusable, read_profile
-    from .inputs import check_vllm_installed
-    from .options import InputError
-    from .vram import cuda_available
+    from .engine.vram import cuda_available
+    from .fidelity.crosscheck import CrosscheckUnusable, check_profile, crosscheck, table, write
+    from .run.inputs import check_vllm_installed
+    from .run.options import InputError
+    from .run.profile import ProfileUnusable, read_profile
     profile = Path(args.profile)
     out = Path(args.out) if args.out else profile.parent
     try:   # everything checkable before an engine starts

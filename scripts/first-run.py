@@ -15,11 +15,11 @@ import argparse
 import statistics
 import sys
 
-from pytest_sdbench import collector as collecting
 from pytest_sdbench.cli import _parser
 from pytest_sdbench.engine.launch import start_engine
-from pytest_sdbench.inputs import read_inputs
-from pytest_sdbench.session import grid_for
+from pytest_sdbench.measure import collector as collecting
+from pytest_sdbench.run.collect import grid_for
+from pytest_sdbench.run.inputs import read_inputs
 from pytest_sdbench.wire.contract import REPEAT_BACK_TO_BACK
 from pytest_sdbench.wire.points import Grid, point_label
 from pytest_sdbench.wire.rounds import RepeatPlan

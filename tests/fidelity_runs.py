@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_sdbench.fidelity.match import read_profile
 from pytest_sdbench.fidelity.predict import profile_points
 from pytest_sdbench.fidelity.records import RequestRecord, ServingRun, StepRecord
 from pytest_sdbench.fidelity.run import save
 from pytest_sdbench.fidelity.serve import workload_json
 from pytest_sdbench.fidelity.workload import Lengths, Workload, plan
+from pytest_sdbench.run.profile import read_profile
 
 
 def step(iid: int, kind: str, mode: str, seconds: float, *, prefill=(0, 0, 0), decode=(0, 0),

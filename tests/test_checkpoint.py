@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench import session
-from pytest_sdbench.session import CHECKPOINT_SECONDS, CHECKPOINT_SHARE, Checkpoint
+from pytest_sdbench.run import collect as session
+from pytest_sdbench.run.collect import CHECKPOINT_SECONDS, CHECKPOINT_SHARE, Checkpoint
 
 
 class _Clock:

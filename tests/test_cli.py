@@ -262,9 +262,9 @@ class EngineNotStarted(RuntimeError):
 def test_collect_tp_reaches_the_engine_spec(tmp_path, monkeypatch, capsys):
     """`sdbench collect --tp 2` asks the engine start for two ranks (no engine starts: the
     start is replaced by one that keeps the spec and refuses)."""
-    from pytest_sdbench import inputs
     from pytest_sdbench.engine import launch
     from pytest_sdbench.engine.spec import MODEL_ROOT_ENV
+    from pytest_sdbench.run import inputs
     started = []
 
     def start_engine(spec):

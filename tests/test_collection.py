@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from pytest_sdbench.artifact.validate.report import validate_data
-from pytest_sdbench.observer.timing import timer_for
-from pytest_sdbench.testing import observation_violations, restoration_violations
+from pytest_sdbench.measure.timing import timer_for
+from pytest_sdbench.plugin.testing import observation_violations, restoration_violations
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.contract import (
     PHASE_DECODE,
@@ -67,8 +67,8 @@ def test_a_wrapper_left_behind_fails_the_collection(sdbench_collect, small_grid,
     test that collects need not check it again). An observer that leaves its scheduler
     wrapper in place fails the collection, naming the attribute."""
     from pytest_sdbench.engine import compat
-    from pytest_sdbench.observer.observer import NativeObserver
-    from pytest_sdbench.session import EngineNotRestored
+    from pytest_sdbench.measure.observer import NativeObserver
+    from pytest_sdbench.run.collect import EngineNotRestored
     sched = compat.scheduler(sdbench_engine.llm)
     detach = NativeObserver.detach
 
@@ -117,7 +117,7 @@ class _Faulty:
 @pytest.mark.parametrize("fault", ["drop", "shift"])
 def test_a_dropped_or_shifted_timing_sample_fails_its_point(sdbench_collect, small_grid,
                                                             monkeypatch, fault):
-    import pytest_sdbench.collector as collect_module
+    import pytest_sdbench.measure.collector as collect_module
     # Every prefill point runs warm-up then measured; each run is one step. Hit the measured
     # step of the first point (its 2nd timed step).
     monkeypatch.setattr(collect_module, "timer_for",
@@ -266,7 +266,7 @@ def test_retained_decode_steps_come_after_the_first_decode_step_of_their_run(
     step 2 is the first decode step, the transient), and its context is then more than the
     point's (the first decode step reads exactly the point's context)."""
     from pytest_sdbench.engine import compat
-    from pytest_sdbench.observer.observer import STAMP_ATTR
+    from pytest_sdbench.measure.observer import STAMP_ATTR
     from pytest_sdbench.wire.contract import SETTLED_FIRST_STEP, SETTLED_STEPS
     scheduler_cls = type(compat.scheduler(sdbench_engine.llm))
     schedule, outputs = scheduler_cls.schedule, []
@@ -303,7 +303,7 @@ def test_a_decode_run_stops_after_its_last_retained_step(sdbench_collect, small_
     synthetic acceptance length, max_tokens would run it several more); the engine is idle
     afterwards and serves."""
     from pytest_sdbench.engine import compat
-    from pytest_sdbench.observer.observer import STAMP_ATTR
+    from pytest_sdbench.measure.observer import STAMP_ATTR
     from pytest_sdbench.wire.contract import SETTLED_FIRST_STEP, SETTLED_STEPS
     scheduler_cls = type(compat.scheduler(sdbench_engine.llm))
     schedule, runs = scheduler_cls.schedule, []
@@ -346,8 +346,8 @@ def test_a_stopped_run_aborts_its_requests_and_leaves_the_engine_idle(sdbench_en
     """The engine's stop: asked after every engine step; once it holds, the requests still
     running are aborted (no outputs), the engine is left idle, and the next run serves in
     full."""
-    from pytest_sdbench.collector import sampling_params
     from pytest_sdbench.engine import compat
+    from pytest_sdbench.measure.collector import sampling_params
     prompts = [sdbench_engine.fresh_tokens(40) for _ in range(2)]
     asked = itertools.count(1)
     assert sdbench_engine.generate(prompts, sampling_params(30),
@@ -392,7 +392,7 @@ def test_a_seeded_point_whose_first_run_ran_no_settled_shape_warms_up_and_runs_a
     pass acts on, forced here), but no shape settled before point 0: its first run names its
     shape, unsettled, so that run is dropped, the point warms up until stable and is measured
     again; what it keeps is exact, and states its own passes."""
-    from pytest_sdbench.collector import Collector
+    from pytest_sdbench.measure.collector import Collector
     monkeypatch.setattr(Collector, "_settled_for", lambda self, point: True)
     a = sdbench_collect("decode", _two_shapes(sdbench_engine)).artifact
     passes = {o.point_index: o.warmup_passes for o in a.decode}

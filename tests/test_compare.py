@@ -19,7 +19,7 @@ import pytest
 from pytest_sdbench.artifact.build import summaries as summarize_points
 from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.cli import main
-from pytest_sdbench.compare import (
+from pytest_sdbench.readers.compare import (
     COLUMNS,
     HOST_SLOWER,
     IMPROVED,

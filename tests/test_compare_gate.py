@@ -40,9 +40,9 @@ from collections import deque
 import pytest
 
 from pytest_sdbench.cli import main
-from pytest_sdbench.compare import HOST_SLOWER, IMPROVED, OK, REGRESSED, compare
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer.observer import STAMP_ATTR
+from pytest_sdbench.measure.observer import STAMP_ATTR
+from pytest_sdbench.readers.compare import HOST_SLOWER, IMPROVED, OK, REGRESSED, compare
 from pytest_sdbench.wire.contract import MIN_ROUNDS_FOR_NOISE
 from pytest_sdbench.wire.points import parse_grid
 from pytest_sdbench.wire.rounds import RepeatPlan

@@ -23,7 +23,7 @@ from pytest_sdbench.aisimulate.grids import (
     prefill_lines,
 )
 from pytest_sdbench.cli import main
-from pytest_sdbench.inputs import grid_choice
+from pytest_sdbench.run.inputs import grid_choice
 from pytest_sdbench.wire.points import EngineLimits, GridError, decode_max_tokens, fit_errors
 
 # qwen3-0.6b as vLLM 0.26 serves it on an H200 (the production artifacts' settings).
@@ -201,7 +201,7 @@ def test_grid_for_resolves_the_consumer_grids_from_the_engines_limits(tmp_path):
     limits and its synthetic acceptance length, a plan from its file with the engine's K."""
     from types import SimpleNamespace
 
-    from pytest_sdbench.session import grid_for
+    from pytest_sdbench.run.collect import grid_for
     engine = SimpleNamespace(limits=LIMITS, spec=SimpleNamespace(
         synthetic_acceptance_length=2.78, draft_depth=3, oracle_limits=False))
     assert grid_for(engine, grid_choice("aisimulate", (3,), 2.78)) == direct_grid(LIMITS, 2.78)

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench import host
 from pytest_sdbench.cli import main
+from pytest_sdbench.engine import host
 from pytest_sdbench.engine.spec import MODEL_ROOT_ENV
-from pytest_sdbench.files import ForeignFolder
 from pytest_sdbench.wire.contract import CONTENTION_OTHER_CORES
+from pytest_sdbench.wire.files import ForeignFolder
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_an_unwritable_default_artifact_folder_refuses_only_engine_tests(pyteste
 
 def _holder(registry: Path, dist_file: str | None = None) -> subprocess.Popen:
     """Another process holding an engine registration (as a live engine does)."""
-    code = ("import sys, time; from pytest_sdbench.host import EngineRegistration; "
+    code = ("import sys, time; from pytest_sdbench.engine.host import EngineRegistration; "
             "r = EngineRegistration(); r.record(dist_file=sys.argv[1] or None); "
             "print('ready', flush=True); time.sleep(600)")
     env = {**os.environ, host.REGISTRY_ENV: str(registry)}

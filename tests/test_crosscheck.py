@@ -60,7 +60,7 @@ def test_a_profile_of_another_device_is_refused_before_vllm_starts(tmp_path):
 
 def test_crosscheck_times_nothing_with_this_projects_code():
     """vLLM alone: the crosscheck imports no observer, timer, collector or session."""
-    tree = ast.parse((ROOT / "pytest_sdbench" / "crosscheck.py").read_text())
+    tree = ast.parse((ROOT / "pytest_sdbench" / "fidelity" / "crosscheck.py").read_text())
     imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not {m for m in imported if m.lstrip(".").split(".")[0] in
                 ("observer", "collector", "session", "testing")}, imported
@@ -70,8 +70,8 @@ def test_a_point_whose_long_run_meets_max_model_len_is_left_unmeasured():
     """Seen on the H200 (served-aisimulate/crosscheck): at ctx 2020 under max_model_len 2048
     the long run stopped at the limit and every such point read 2x slow. Those points are
     left unmeasured with why; the others are measured."""
-    from pytest_sdbench.crosscheck import LONG_TOKENS, decode_points, unmeasurable
-    from pytest_sdbench.fidelity.match import read_profile
+    from pytest_sdbench.fidelity.crosscheck import LONG_TOKENS, decode_points, unmeasurable
+    from pytest_sdbench.run.profile import read_profile
     artifact = read_profile(ROOT / "docs/evidence/h200/served-aisimulate/"
                             "sdbench-agg-k3-893a0f15199c.json.xz")
     max_len = artifact.identity.settings.max_model_len.value

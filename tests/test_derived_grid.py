@@ -11,8 +11,8 @@ import pytest
 
 from pytest_sdbench.engine.presets import PRESETS
 from pytest_sdbench.engine.surface import EngineSurface
-from pytest_sdbench.points.defaults import default_grid, derived_batches, derived_grid
-from pytest_sdbench.session import grid_for
+from pytest_sdbench.grid.defaults import default_grid, derived_batches, derived_grid
+from pytest_sdbench.run.collect import grid_for
 from pytest_sdbench.wire.points import EngineLimits
 
 # vLLM's default capture sizes for max_num_seqs 64 at K=3 (1, 2, 4, then steps of 8 and 16).

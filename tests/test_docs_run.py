@@ -188,7 +188,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _pytest_options() -> argparse.ArgumentParser:
-    from pytest_sdbench.options import add_pytest_options
+    from pytest_sdbench.run.options import add_pytest_options
     parser = _Parser(add_help=False)
 
     class Group:

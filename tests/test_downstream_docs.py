@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sdbench.engine.surface import describe_failure, known_fix
-from pytest_sdbench.points import as_grid
+from pytest_sdbench.grid import as_grid
 from pytest_sdbench.wire.points import DecodePoint, Grid, GridError
 
 ROOT = Path(__file__).resolve().parents[1]

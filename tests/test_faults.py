@@ -24,8 +24,8 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.inputs import read_inputs
-from pytest_sdbench.options import InputError
+from pytest_sdbench.run.inputs import read_inputs
+from pytest_sdbench.run.options import InputError
 
 SUBPROCESS_TIMEOUT = 600
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -246,7 +246,7 @@ def test_a_misspelt_engine_argument_is_refused_with_the_name_it_resembles():
 def test_the_benchmark_checks_its_options_before_an_engine_starts(monkeypatch, capsys):
     """The benchmark takes the collect options, and checks them as `sdbench collect` does."""
     from benchmarks.sdbench_bench.__main__ import main as bench_main
-    from pytest_sdbench import inputs
+    from pytest_sdbench.run import inputs
     monkeypatch.setattr(inputs, "cuda_available", lambda: False)
     with pytest.raises(SystemExit) as exited:
         bench_main(["overhead", "--preset", "tiny", "--cuda-graphs"])
@@ -362,7 +362,7 @@ def test_1b_the_failed_engine_was_shut_down_at_once(pytestconfig):
 
     from vllm import LLM
 
-    from pytest_sdbench.pytest_session import SdbenchSession
+    from pytest_sdbench.plugin.session import SdbenchSession
     engine = SdbenchSession.of(pytestconfig).engine   # the failed one: none asked for another
     assert engine.failure.startswith("RuntimeError: injected fault")
     assert engine.closed and engine.llm is None
@@ -577,7 +577,7 @@ def test_ctrl_c_mid_collection_leaves_a_partial_artifact(tmp_path):
 FULL_DISK = """
 import contextlib, errno, io, json, sys, tempfile, traceback
 import vllm   # before any run's redirect: vLLM's log handlers keep the process's stderr
-from pytest_sdbench import session
+from pytest_sdbench.run import collect as session
 from pytest_sdbench.cli import main
 from pytest_sdbench.engine import launch
 

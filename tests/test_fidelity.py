@@ -14,18 +14,7 @@ import statistics
 import pytest
 
 from pytest_sdbench.aisimulate.fidelity import mooncake_rows
-from pytest_sdbench.beside import reports_beside
 from pytest_sdbench.cli import main
-from pytest_sdbench.fidelity.match import (
-    EngineMismatch,
-    ProfileUnusable,
-    check_device,
-    check_engine,
-    identity_differences,
-    preset_of,
-    read_profile,
-    spec_choices,
-)
 from pytest_sdbench.fidelity.predict import (
     NO_MODE,
     NO_PHASE,
@@ -56,6 +45,17 @@ from pytest_sdbench.fidelity.workload import (
     check_fits,
     parse_lengths,
     plan,
+)
+from pytest_sdbench.readers.beside import reports_beside
+from pytest_sdbench.run.profile import (
+    EngineMismatch,
+    ProfileUnusable,
+    check_device,
+    check_engine,
+    identity_differences,
+    preset_of,
+    read_profile,
+    spec_choices,
 )
 from pytest_sdbench.wire.identity import IdentityField
 
@@ -490,7 +490,7 @@ class _Window:
 
 def test_only_an_idle_iteration_may_go_untimed():
     from pytest_sdbench.fidelity.serve import _only_idle_untimed
-    from pytest_sdbench.observer.observer import TimingMissing
+    from pytest_sdbench.measure.observer import TimingMissing
     _only_idle_untimed(_Window(_Record(1, 4, True), _Record(2, 0, False)))
     with pytest.raises(TimingMissing, match=r"native iteration ids \[3\]"):
         _only_idle_untimed(_Window(_Record(1, 4, True), _Record(2, 0, False),

@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from pytest_sdbench.fidelity.match import EngineMismatch
 from pytest_sdbench.fidelity.report import OURS
 from pytest_sdbench.fidelity.run import load, measure
 from pytest_sdbench.fidelity.workload import Lengths, Workload, plan
+from pytest_sdbench.run.profile import EngineMismatch
 from pytest_sdbench.wire.identity import IdentityField
 from pytest_sdbench.wire.points import parse_grid
 

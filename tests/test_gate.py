@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from oracle_tests import gate
-from pytest_sdbench.options import OPTIONS
+from pytest_sdbench.run.options import OPTIONS
 
 
 def _config(**given) -> SimpleNamespace:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pytest_sdbench.points.defaults import default_grid, load_grid
+from pytest_sdbench.grid.defaults import default_grid, load_grid
 from pytest_sdbench.wire.points import (
     DecodePoint,
     EngineLimits,

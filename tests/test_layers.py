@@ -25,8 +25,8 @@ ROOT = PACKAGE.parent   # the folder that holds the package: on the bare venv's 
 WIRE = PACKAGE / "wire"
 THIRD_PARTY = ("vllm", "torch", "jsonschema", "hypothesis", "numpy", "pytest")
 ABOVE_THE_VALIDATOR = ("pytest_sdbench.engine", "pytest_sdbench.observer",
-                       "pytest_sdbench.collector", "pytest_sdbench.session",
-                       "pytest_sdbench.plugin", "pytest_sdbench.host")
+                       "pytest_sdbench.measure.collector", "pytest_sdbench.run.collect",
+                       "pytest_sdbench.plugin", "pytest_sdbench.engine.host")
 
 
 def _imports(path: Path):
@@ -103,8 +103,8 @@ def test_sdbench_validate_runs_without_vllm(tmp_path):
 
 
 # ---- the package's floors: what engine/ may import, no circles, no oversized module ------
-ABOVE_THE_ENGINE = ("session", "collector", "testing", "plugin", "cli", "rank_server",
-                    "inputs", "fidelity", "aisimulate", "compare")
+ABOVE_THE_ENGINE = ("measure", "run", "plugin", "cli", "commands", "fidelity", "aisimulate",
+                    "readers", "artifact", "grid")
 LONGEST_MODULE = 600   # lines: a module past it is split along its sections
 
 
@@ -153,7 +153,7 @@ def test_engine_imports_nothing_above_it():
 # The consumer's wing (AISimulate) and the core that collects and checks a profile: the core
 # imports nothing from the wing; `--grid aisimulate` reaches it as a plain grid.
 CONSUMER_WING = "pytest_sdbench.aisimulate"
-CORE = ("points", "engine", "observer", "collector", "artifact", "wire", "session")
+CORE = ("grid", "engine", "measure", "artifact", "wire", "run.collect")
 
 
 def test_the_core_imports_nothing_from_the_consumer_wing():
@@ -175,12 +175,12 @@ def test_everything_that_knows_the_consumer_lives_in_its_wing():
     assert not outside, ", ".join(outside)
 
 
-PLUGIN_LINES = 200   # plugin.py: options, hooks and fixtures; the run's state is pytest_session's
+PLUGIN_LINES = 200   # plugin/__init__.py: options, hooks and fixtures; the run's state is plugin/session.py's
 
 
 def test_the_plugin_is_wiring():
-    lines = len((PACKAGE / "plugin.py").read_text().splitlines())
-    assert lines <= PLUGIN_LINES, f"plugin.py is {lines} lines, over {PLUGIN_LINES}"
+    lines = len((PACKAGE / "plugin" / "__init__.py").read_text().splitlines())
+    assert lines <= PLUGIN_LINES, f"plugin/__init__.py is {lines} lines, over {PLUGIN_LINES}"
 
 
 def test_no_two_modules_import_each_other():

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from pytest_sdbench.observer.cost import measure
-from pytest_sdbench.observer.observer import NativeObserver
-from pytest_sdbench.observer.timing import timer_for
-from pytest_sdbench.testing import restoration_violations
+from pytest_sdbench.measure.observer import NativeObserver
+from pytest_sdbench.measure.observer_cost import measure
+from pytest_sdbench.measure.timing import timer_for
+from pytest_sdbench.plugin.testing import restoration_violations
 from pytest_sdbench.wire.contract import BOOKING_MEASURED, OBSERVER_COST_METHOD
 from pytest_sdbench.wire.records import ObserverCost
 

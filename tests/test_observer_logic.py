@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_sdbench.observer.observer import STAMP_ATTR, NativeObserver, TimingMissing
-from pytest_sdbench.observer.timing import HostTimer
+from pytest_sdbench.measure.observer import STAMP_ATTR, NativeObserver, TimingMissing
+from pytest_sdbench.measure.timing import HostTimer
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 from pytest_sdbench.wire.records import RejectionCorrection
 
@@ -276,7 +276,7 @@ def _five_steps(timer, fake):
 @pytest.mark.parametrize("driver", [None, _FakeDriver()], ids=["torch record", "driver record"])
 def test_cuda_timer_records_on_the_step_stream_and_keeps_samples_when_its_pool_runs_dry(
         fake_cuda, driver):
-    from pytest_sdbench.observer.timing import CudaEventTimer
+    from pytest_sdbench.measure.timing import CudaEventTimer
     timer = CudaEventTimer(pool_size=2, driver=driver)
     assert timer.recorder == (CudaEventTimer.TORCH_RECORD if driver is None
                               else CudaEventTimer.DRIVER_RECORD)
@@ -310,7 +310,7 @@ def test_cuda_timer_records_on_the_step_stream_and_keeps_samples_when_its_pool_r
 ], ids=["refused", "records elsewhere"])
 def test_cuda_timer_keeps_torchs_record_when_the_driver_fails_its_self_test(fake_cuda, driver,
                                                                           note):
-    from pytest_sdbench.observer.timing import CudaEventTimer
+    from pytest_sdbench.measure.timing import CudaEventTimer
     timer = CudaEventTimer(pool_size=2, driver=driver)
     assert timer.recorder == CudaEventTimer.TORCH_RECORD
     assert note in timer.recorder_note
@@ -319,7 +319,7 @@ def test_cuda_timer_keeps_torchs_record_when_the_driver_fails_its_self_test(fake
 
 
 def test_a_driver_record_failing_on_the_hot_path_fails_the_step(fake_cuda):
-    from pytest_sdbench.observer.timing import CudaEventRecordError, CudaEventTimer
+    from pytest_sdbench.measure.timing import CudaEventRecordError, CudaEventTimer
     timer = CudaEventTimer(pool_size=2, driver=_FakeDriver(fail_after=2))
     timer.start(1)   # the self-test's record, then this one
     with pytest.raises(CudaEventRecordError, match="iteration 1"):

@@ -23,8 +23,8 @@ from pytest_sdbench.engine.spec import (
     EngineSpec,
     engine_spec,
 )
-from pytest_sdbench.inputs import read_inputs
-from pytest_sdbench.options import (
+from pytest_sdbench.run.inputs import read_inputs
+from pytest_sdbench.run.options import (
     CLI_PREFIX,
     OPTIONS,
     PYTEST_PREFIX,
@@ -281,6 +281,6 @@ def test_a_bad_stall_variable_is_refused_before_an_engine_starts(monkeypatch):
 
 def test_every_help_string_formats_as_argparse_formats_it():
     """argparse expands a help string with %: a bare % (as in '2%') breaks --help."""
-    from pytest_sdbench.options import OPTIONS
+    from pytest_sdbench.run.options import OPTIONS
     for option in OPTIONS:
         option.help % {"default": option.default, "prog": "sdbench", "dest": option.dest}

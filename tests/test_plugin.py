@@ -18,10 +18,10 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from pytest_sdbench import host
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.options import OPTIONS, PYTEST_PREFIX
+from pytest_sdbench.engine import host
+from pytest_sdbench.run.options import OPTIONS, PYTEST_PREFIX
 
 GRID = {"prefill": [{"batch_size": 2, "new_tokens": 48, "cached_prefix_tokens": 0}],
         "decode": [{"batch_size": 2, "context_tokens": 64, "draft_depth": 3,
@@ -142,7 +142,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench import host
+from pytest_sdbench.engine import host
 
 WAIT_S = 300
 
@@ -237,7 +237,7 @@ class _Config:
 
 def test_progress_lines_are_shown_under_dash_v_only():
     """At pytest's default verbosity a line per point would break its rows of dots."""
-    from pytest_sdbench.pytest_session import progress
+    from pytest_sdbench.plugin.session import progress
     assert progress(_Config(0)) is None
     assert progress(_Config(-1)) is None
     assert callable(progress(_Config(1)))

@@ -10,8 +10,8 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.points.sweep import SharedGrid, with_depth, without_depth
-from pytest_sdbench.testing import observation_violations
+from pytest_sdbench.grid.shared import SharedGrid, with_depth, without_depth
+from pytest_sdbench.plugin.testing import observation_violations
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.contract import STATUS_COMPLETE, STOP_FIXED
 from pytest_sdbench.wire.model import summarize

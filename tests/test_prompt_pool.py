@@ -6,10 +6,10 @@ repeated, and every retained row is still exact."""
 
 import pytest
 
-from pytest_sdbench import session
 from pytest_sdbench.artifact.validate.report import validate_data
-from pytest_sdbench.prompt_pool import full_cache_hit
-from pytest_sdbench.testing import observation_violations
+from pytest_sdbench.measure.prompt_pool import full_cache_hit
+from pytest_sdbench.plugin.testing import observation_violations
+from pytest_sdbench.run import collect as session
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.points import parse_grid
 from pytest_sdbench.wire.rounds import RepeatPlan
@@ -88,7 +88,7 @@ def test_a_run_that_missed_the_emptied_cache_is_seeded_again_and_stays_exact(
 def test_a_full_cache_hit_is_what_vllm_serves_with_eagle(sdbench_engine):
     """full_cache_hit's rule, against the engine: a prompt computed once is served again
     with its cached blocks less the last one (EAGLE recomputes it), at most prompt - 1."""
-    from pytest_sdbench.collector import sampling_params
+    from pytest_sdbench.measure.collector import sampling_params
     block = sdbench_engine.block_size
     for length in (block - 1, block + 1, 2 * block, 3 * block + 7):
         prompt = sdbench_engine.fresh_tokens(length)
@@ -103,8 +103,8 @@ def test_a_pool_narrower_than_the_widest_batch_serves_the_batches_it_covers(
     the batch-2 point takes the pool's prompts and seeds nothing; the batch-3 point takes
     the pool's 2 and one prompt of its own, seeded before each of its passes; every row
     exact."""
-    from pytest_sdbench import prompt_pool
-    from pytest_sdbench.collector import Collector
+    from pytest_sdbench.measure import prompt_pool
+    from pytest_sdbench.measure.collector import Collector
     seeded = []   # (the seeded prompts, the pool's, cut to the point's context)
     seed = Collector._decode_seed
 
@@ -138,7 +138,7 @@ def test_a_pool_narrower_than_the_widest_batch_serves_the_batches_it_covers(
 def test_the_pool_is_as_wide_as_the_share_holds():
     """Pure: the widest batch where the share holds it, fewer prompts where it does not,
     none where not one prompt fits."""
-    from pytest_sdbench.prompt_pool import POOL_CACHE_SHARE, PromptPool
+    from pytest_sdbench.measure.prompt_pool import POOL_CACHE_SHARE, PromptPool
     grid = parse_grid({"prefill": [], "decode": [
         {"batch_size": b, "context_tokens": 100, "draft_depth": 3, "acceptance_length": 2.0}
         for b in (1, 8, 64)]})

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sdbench.artifact import validate_path
-from pytest_sdbench.host import REGISTRY_ENV
+from pytest_sdbench.engine.host import REGISTRY_ENV
 from pytest_sdbench.wire.contract import MIN_ROUNDS_FOR_NOISE
 
 REPO = Path(__file__).resolve().parents[1]

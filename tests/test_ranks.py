@@ -5,8 +5,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench.collection import PointFailed
-from pytest_sdbench.collector import Collector
 from pytest_sdbench.engine import compat, ranks
 from pytest_sdbench.engine.ranks import (
     RankDisagreement,
@@ -17,7 +15,9 @@ from pytest_sdbench.engine.ranks import (
     record_digest,
     step_seconds,
 )
-from pytest_sdbench.observer.observer import IterationRecord, TimingMissing
+from pytest_sdbench.measure.collector import Collector
+from pytest_sdbench.measure.observer import IterationRecord, TimingMissing
+from pytest_sdbench.measure.result import PointFailed
 from pytest_sdbench.wire.records import TimingSample
 
 PROMPTS = [[5, 6, 7], [8, 9]]

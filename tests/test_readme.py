@@ -5,7 +5,7 @@ import inspect
 import re
 from pathlib import Path
 
-from pytest_sdbench.pytest_session import SdbenchCollect
+from pytest_sdbench.plugin.session import SdbenchCollect
 from pytest_sdbench.wire.contract import LEGACY_SCHEMA_VERSIONS, SCHEMA_VERSION
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

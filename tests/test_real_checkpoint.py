@@ -15,10 +15,10 @@ import pytest
 
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.engine.checkpoint import safetensors_shapes
+from pytest_sdbench.engine.model_files import safetensors_shapes
 from pytest_sdbench.engine.presets import PRESETS
-from pytest_sdbench.inputs import read_inputs
-from pytest_sdbench.options import InputError
+from pytest_sdbench.run.inputs import read_inputs
+from pytest_sdbench.run.options import InputError
 
 from .checkpoints import DRAFT_VOCAB, write_draft
 
@@ -164,7 +164,7 @@ def test_the_pytest_options_refuse_the_same_pairs(tmp_path, real_checkpoints):
 def test_a_dummy_load_needs_no_weights(tmp_path, real_checkpoints, monkeypatch):
     """load_format=dummy (an engine argument, or the engine-config file's) reads no file:
     a config-only folder passes the weight check."""
-    from pytest_sdbench import checkpoints
+    from pytest_sdbench.run import model_pair as checkpoints
     monkeypatch.setattr(checkpoints, "vllm_architectures", lambda: None)
     target, draft = real_checkpoints
     empty = _copy(target.path, tmp_path / "config-only", weights=False)
@@ -179,7 +179,7 @@ def test_what_a_folder_says_about_itself(tmp_path):
     """engine/checkpoint.py on constructed folders: the cache commit at any depth below a
     snapshot, a misnamed snapshot only right under a cache repository's snapshots/, the
     weight files each load format reads, headers that are not safetensors."""
-    from pytest_sdbench.engine import checkpoint
+    from pytest_sdbench.engine import model_files as checkpoint
     commit = "ab" * 20
     sub = tmp_path / "models--org--name" / "snapshots" / commit / "draft"
     sub.mkdir(parents=True)

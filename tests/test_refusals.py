@@ -19,9 +19,9 @@ import pytest
 import pytest_sdbench
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
-from pytest_sdbench.compare import compare
-from pytest_sdbench.describe import SUMMARY_COLUMNS
-from pytest_sdbench.terminal import EXIT_BROKEN_PIPE
+from pytest_sdbench.commands.terminal import EXIT_BROKEN_PIPE
+from pytest_sdbench.readers.compare import compare
+from pytest_sdbench.readers.describe import SUMMARY_COLUMNS
 from pytest_sdbench.wire.contract import MIN_ROUNDS_FOR_NOISE
 
 from .conftest import FIXTURES
@@ -201,7 +201,9 @@ COMMAND = f"sdbench collect --mode agg --preset tiny --k 3 --repeats {MIN_ROUNDS
 
 def test_compare_on_one_round_names_the_collect_command_that_serves(capsys):
     one = _rebuilt(_fixture(), rounds=1)
-    (problem,) = [p for p in compare(one, one).problems if p.startswith("cannot judge")]
+    from pytest_sdbench.run.recollect import collect_command
+    (problem,) = [p for p in compare(one, one, recollect=collect_command).problems
+                  if p.startswith("cannot judge")]
     assert problem.startswith("cannot judge noise: the baseline took 1 round(s); the "
                               "candidate took 1 round(s).")
     assert f"e.g. `{COMMAND}` (with the --grid it was collected with, if any)" in problem
@@ -212,7 +214,7 @@ def test_compare_on_one_round_names_the_collect_command_that_serves(capsys):
 def test_the_collect_command_carries_the_artifacts_engine_choices():
     import dataclasses
 
-    from pytest_sdbench.recollect import collect_command
+    from pytest_sdbench.run.recollect import collect_command
     a = _fixture()
     settings = dataclasses.replace(a.identity.settings, user_engine_args={
         "max_num_seqs": json.dumps(4), "block_size": json.dumps(32)})

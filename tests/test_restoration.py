@@ -9,7 +9,7 @@ import pytest
 
 from pytest_sdbench.engine import ranks
 from pytest_sdbench.engine.surface import ServingProbe
-from pytest_sdbench.testing import restoration_violations
+from pytest_sdbench.plugin.testing import restoration_violations
 
 BASELINE = ServingProbe(tokens=(11, 12, 13), scheduler_attrs=frozenset({"requests", "waiting"}),
                         worker_attrs=frozenset({"model_runner"}),

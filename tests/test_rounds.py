@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from pytest_sdbench.engine.placement import CpuListError, parse_cpus
-from pytest_sdbench.options import cpu_list, half_width, repeat_plan
+from pytest_sdbench.run.options import cpu_list, half_width, repeat_plan
 from pytest_sdbench.wire.contract import (
     CANARY_WORKLOAD,
     MEDIAN_SE_FACTOR,

@@ -9,8 +9,8 @@ import pytest
 
 from pytest_sdbench.artifact.sweep import sweep_index
 from pytest_sdbench.artifact.validate.report import validate_data
-from pytest_sdbench.points.defaults import default_grid, derived_grid
-from pytest_sdbench.points.sweep import SharedGrid, shared_grid, with_depth, without_depth
+from pytest_sdbench.grid.defaults import default_grid, derived_grid
+from pytest_sdbench.grid.shared import SharedGrid, shared_grid, with_depth, without_depth
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.contract import SWEEP_INDEX_KIND
 from pytest_sdbench.wire.points import EngineLimits, grid_digest

@@ -8,15 +8,15 @@ import os
 import psutil
 import pytest
 
-from pytest_sdbench import host
 from pytest_sdbench.artifact import validate_path
+from pytest_sdbench.engine import host
 from pytest_sdbench.wire.contract import STATUS_COMPLETE
 
 DOWNSTREAM = """
 import json
 import os
 
-from pytest_sdbench.testing import restoration_violations
+from pytest_sdbench.plugin.testing import restoration_violations
 
 
 def test_profile_on_two_ranks(sdbench_collection, sdbench_engine):

@@ -13,12 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench import rank_server, session
 from pytest_sdbench.engine import launch, tp
 from pytest_sdbench.engine.launch import SdbenchEngine
 from pytest_sdbench.engine.spec import STALL_ENV, EngineSpec
 from pytest_sdbench.engine.surface import EngineStalled, EngineUnusable
 from pytest_sdbench.engine.tp import TensorParallelEngine, _Pending
+from pytest_sdbench.run import collect as session
+from pytest_sdbench.run import rank_server
 
 from .test_watchdog import _LLM, _Clock
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from torch.autograd import DeviceType
 
-from pytest_sdbench.testing import STEP_RANGE_PREFIX, traced_step_seconds
+from pytest_sdbench.plugin.testing import STEP_RANGE_PREFIX, traced_step_seconds
 
 
 def _event(iid, device, start_us, end_us, name=None):

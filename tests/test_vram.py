@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from pytest_sdbench.host import CUDA_VISIBLE_ENV
-from pytest_sdbench.vram import GIB, PeakSampler
+from pytest_sdbench.engine.host import CUDA_VISIBLE_ENV
+from pytest_sdbench.engine.vram import GIB, PeakSampler
 
 
 class FakeNVML(types.ModuleType):

@@ -5,8 +5,8 @@ tests/test_collection.py.)"""
 
 from types import SimpleNamespace as NS
 
-from pytest_sdbench.collection import settled
-from pytest_sdbench.collector import Collector
+from pytest_sdbench.measure.collector import Collector
+from pytest_sdbench.measure.result import settled
 from pytest_sdbench.wire.contract import (
     BOOKING_WARMUP,
     GRAPH_EAGER,

@@ -11,7 +11,7 @@ Subcommands (each a module of this package; `all` runs them in this order):
                  same ratio between identical detached sides (the noise floor); the host
                  time the observer adds a step, from probes beneath and above it (median
                  over rounds, each round's figure, the split by wrapped method); the
-                 start-up probe (pytest_sdbench.observer.cost.measure) on the same engine;
+                 start-up probe (pytest_sdbench.measure.observer_cost.measure) on the same engine;
                  on CUDA the syncs added a step (as `syncs`)
   breakdown      the observer's wrappers replayed hot on captured real steps, split by
                  part (replay.py); cProfile of the observer's functions over attached runs;

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from pytest_sdbench.options import add_cli_options, positive_int
+from pytest_sdbench.run.options import add_cli_options, positive_int
 
 from . import __doc__ as DOC
 from . import ablation, breakdown, cost, fidelity, overhead, repeatability, syncs
@@ -69,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def bench_from(args, p: argparse.ArgumentParser) -> Bench:
-    from pytest_sdbench.inputs import read_inputs
+    from pytest_sdbench.run.inputs import read_inputs
     if len(args.k) != 1:
         p.error(f"--k: the benchmark runs one draft depth, got {list(args.k)}")
     try:

@@ -13,7 +13,7 @@ PARTS = ("schedule", "execute_model", "sample_tokens", "update_from_output", "gc
 
 
 def run(bench) -> None:
-    from pytest_sdbench.observer.timing import CudaEventTimer, HostTimer
+    from pytest_sdbench.measure.timing import CudaEventTimer, HostTimer
     sizes = bench.sizes
     variants: dict = {
         "detached": None,

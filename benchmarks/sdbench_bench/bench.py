@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 
 from pytest_sdbench.engine.spec import GRAPH_BATCHES
-from pytest_sdbench.points.choice import GridChoice
+from pytest_sdbench.grid.choice import GridChoice
 from pytest_sdbench.wire.rounds import ONE_ROUND, RepeatPlan
 
 from .goals import Table

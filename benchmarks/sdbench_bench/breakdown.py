@@ -10,7 +10,7 @@ import pstats
 import time
 from pathlib import Path
 
-from pytest_sdbench.collector import sampling_params
+from pytest_sdbench.measure.collector import sampling_params
 
 from . import replay
 from .probes import decode_prompts, observed
@@ -37,7 +37,7 @@ COMPAT_ON_THE_PATH = frozenset({"freeze_schedule", "freeze_output"})
 
 
 def _ours(key) -> bool:
-    return ("pytest_sdbench/observer" in key[0] and not key[0].endswith("observer/cost.py")) \
+    return key[0].endswith(("measure/observer.py", "measure/timing.py")) \
         or (key[0].endswith("engine/compat.py") and key[2] in COMPAT_ON_THE_PATH)
 
 
@@ -83,7 +83,7 @@ def event_calls(bench, loops: int = 2000) -> None:
     torch.cuda.synchronize()
     import ctypes
 
-    from pytest_sdbench.observer.timing import driver_record, event_record
+    from pytest_sdbench.measure.timing import driver_record, event_record
     record, raw = event_record(torch.cuda.Event), driver_record()
     device, lookup = torch._C._cuda_getDevice, torch._C._cuda_getCurrentStream
     handles = ctypes.c_void_p(ready.cuda_event), ctypes.c_void_p(stream.cuda_stream)

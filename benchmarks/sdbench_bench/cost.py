@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from pytest_sdbench.session import describe_time
+from pytest_sdbench.run.collect import describe_time
 
 from .goals import COLLECTION_WALL, DUTY_CYCLE
 from .repeatability import collection_pair

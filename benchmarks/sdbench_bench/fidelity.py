@@ -11,9 +11,9 @@ import statistics
 import time
 from unittest.mock import patch
 
-from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer.observer import STAMP_ATTR
+from pytest_sdbench.measure.collector import sampling_params
+from pytest_sdbench.measure.observer import STAMP_ATTR
 
 from .goals import FIDELITY
 from .probes import decode_prompts, observed

@@ -2,14 +2,14 @@
 ratio between two identical detached sides (the noise floor it is read against), and the
 host time the observer's wrappers add a step, measured directly by a probe beneath the
 observer and one above it: the median over rounds with every round's figure, split by
-wrapped method; beside it the start-up probe (pytest_sdbench.observer.cost.measure) on the
+wrapped method; beside it the start-up probe (pytest_sdbench.measure.observer_cost.measure) on the
 same engine, and on CUDA the host-device synchronisations added a step (syncs.py)."""
 
 from __future__ import annotations
 
 import statistics
 
-from pytest_sdbench.observer import cost
+from pytest_sdbench.measure import observer_cost as cost
 
 from . import syncs
 from .goals import HOST_TIME, THROUGHPUT
@@ -20,7 +20,7 @@ METHODS = tuple(name for _, name in cost.WRAPPED)
 
 def run(bench) -> None:
     if bench.engine.device == "cuda":
-        from pytest_sdbench.observer.timing import CudaEventTimer
+        from pytest_sdbench.measure.timing import CudaEventTimer
         timer = CudaEventTimer()
         bench.table.note(f"CUDA event timer records with {timer.recorder} "
                          f"{timer.recorder_note}".rstrip())

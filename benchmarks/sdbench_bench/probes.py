@@ -1,5 +1,5 @@
 """What the measurements share: the observer attached for one run, host-time probes around
-the engine's methods (pytest_sdbench.observer.cost, the start-up probe's own), and decode
+the engine's methods (pytest_sdbench.measure.observer_cost, the start-up probe's own), and decode
 throughput runs alternated between variants."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 from unittest.mock import patch
 
-from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer.cost import HostProfile, added_seconds
-from pytest_sdbench.observer.observer import NativeObserver
-from pytest_sdbench.observer.timing import timer_for
+from pytest_sdbench.measure.collector import sampling_params
+from pytest_sdbench.measure.observer import NativeObserver
+from pytest_sdbench.measure.observer_cost import HostProfile, added_seconds
+from pytest_sdbench.measure.timing import timer_for
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 

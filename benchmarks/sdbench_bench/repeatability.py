@@ -109,7 +109,7 @@ def collection_pair(bench):
 
 
 def _collect_pair(bench):
-    from pytest_sdbench.session import collect_to_artifact, grid_for
+    from pytest_sdbench.run.collect import collect_to_artifact, grid_for
 
     from .bench import start
     out = bench.out or tempfile.mkdtemp(prefix="sdbench-bench-")

@@ -16,10 +16,10 @@ import time
 from types import SimpleNamespace
 from unittest.mock import patch
 
-from pytest_sdbench.collector import sampling_params
 from pytest_sdbench.engine import compat
-from pytest_sdbench.observer.observer import NativeObserver, TimingMissing
-from pytest_sdbench.observer.timing import timer_for
+from pytest_sdbench.measure.collector import sampling_params
+from pytest_sdbench.measure.observer import NativeObserver, TimingMissing
+from pytest_sdbench.measure.timing import timer_for
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 
 from .probes import decode_prompts

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..files import out_dir_problem
+from ..wire.files import out_dir_problem
 from .export.exporting import export_artifact
 from .export.facts import (
     FACTS,

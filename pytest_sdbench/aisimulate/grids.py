@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..points.choice import GridChoice
-from ..points.defaults import read_json
+from ..grid.choice import GridChoice
+from ..grid.defaults import read_json
 from ..wire import typed
 from ..wire.points import (
     DecodePoint,

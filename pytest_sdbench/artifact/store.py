@@ -19,9 +19,9 @@ from array import array
 from itertools import accumulate
 from pathlib import Path
 
-from ..files import atomic_write_text
 from ..wire import typed
 from ..wire.contract import MAX_ARTIFACT_BYTES, MAX_JSON_DEPTH
+from ..wire.files import atomic_write_text
 
 
 class UnusableArtifact(ValueError):

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
-from ..files import atomic_write_text
-from ..points.sweep import SharedGrid, shared_grid, with_depth
+from ..grid.shared import SharedGrid, shared_grid, with_depth
 from ..wire import typed
 from ..wire.contract import SWEEP_INDEX_KIND
+from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
 from .store import UnusableArtifact, read_json
 from .validate.report import DEFAULT_K_WINDOW, Report, validate_data

@@ -6,9 +6,9 @@ between steps. On CPU there is no clock to read (None).
 
 from __future__ import annotations
 
-from ..host import nvml_handle
 from ..wire.contract import CLOCK_REASONS, DEVICE_CUDA
 from ..wire.records import GpuClock
+from .host import nvml_handle
 
 # NVML's clock event reason bits (nvml.h, nvmlClocksEventReason*), in CLOCK_REASONS' order.
 _REASON_BITS = dict(zip(CLOCK_REASONS, (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100),

@@ -18,7 +18,7 @@ from ..wire.identity import (
     ModelIdentity,
 )
 from . import compat
-from .checkpoint import snapshot_commit
+from .model_files import snapshot_commit
 
 
 def _config_digest(path: str) -> IdentityField:

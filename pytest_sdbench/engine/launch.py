@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..host import EngineRegistration
 from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from ..wire.identity import ExecutionIdentity, KVCapacity
 from ..wire.model import CpuPlacement
 from ..wire.records import ObserverCost
 from . import compat, placement
 from .facts import resolve_identity, resolve_kv_capacity
+from .host import EngineRegistration
 from .spec import STALL_ENV, EngineSpec
 from .surface import (
     EngineStalled,

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import atomic_write_text
+from ..wire.files import atomic_write_text
 
 DRAFT_ARCHITECTURE = "LlamaForCausalLMEagle3"
 TARGET_ARCHITECTURE = "Qwen3ForCausalLM"

@@ -1,6 +1,6 @@
 """After a benchmark, the engine holds what it held at start-up and serves the same: every
 collection checks it after the observer's detach (session), and tests import it from
-pytest_sdbench.testing."""
+pytest_sdbench.plugin.testing."""
 
 from __future__ import annotations
 

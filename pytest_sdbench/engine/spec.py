@@ -14,11 +14,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..files import private_dir
-from ..vram import cuda_available
 from ..wire.contract import ACCEPTANCE_NATURAL, ACCEPTANCE_SYNTHETIC, DEFAULT_DRAFT_DEPTH
+from ..wire.files import private_dir
 from .compat import BLOCK_SIZE
 from .presets import AUTO_PRESET, PRESET_FOR_DEVICE, PRESETS, materialize
+from .vram import cuda_available
 
 # The step watchdog's bound (launch.StepWatchdog): --sdbench-stall-seconds /
 # `sdbench collect --stall-seconds`; when not given, $SDBENCH_STALL_SECONDS, else the default.

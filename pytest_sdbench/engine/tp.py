@@ -2,7 +2,7 @@
 vLLM's external_launcher (its own engine core, scheduler, executor and driver worker), and
 the proxy the pytest session and the CLI hold in their place.
 
-The ranks are plain Python processes (``python -m pytest_sdbench.rank_server``) with
+The ranks are plain Python processes (``python -m pytest_sdbench.run.rank_server``) with
 the environment torchrun would give them (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
 OMP_NUM_THREADS=1): vLLM's external_launcher reads only these. The proxy sends every
 command to every rank and waits for all of them: vLLM's engine is SPMD, so every
@@ -159,7 +159,7 @@ class TensorParallelEngine(EngineSurface):
             logs.append(log)
             with open(log, "wb") as out:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "pytest_sdbench.rank_server"], env=env,
+                    [sys.executable, "-m", "pytest_sdbench.run.rank_server"], env=env,
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
         conns: list[Connection | None] = [None] * n
         try:

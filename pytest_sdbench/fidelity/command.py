@@ -124,7 +124,7 @@ def run(args) -> int:
         if args.consumer_python and not Path(args.consumer_python).is_file():
             raise WorkloadError(f"--consumer-python: {args.consumer_python} is not a file")
         if not args.no_plots:
-            from ..figures import PlotUnavailable, require_matplotlib
+            from ..readers.figures import PlotUnavailable, require_matplotlib
             try:
                 require_matplotlib()
             except PlotUnavailable as exc:
@@ -150,8 +150,8 @@ def run(args) -> int:
 
 
 def _served(profile: Path, served: Path, args, modes) -> int:
-    from ..files import out_dir_problem
-    from .match import ProfileUnusable, read_profile
+    from ..run.profile import ProfileUnusable, read_profile
+    from ..wire.files import out_dir_problem
     from .served import ServedUnusable, read_manifest, served_results
     from .served_compare import compare, write
     out = Path(args.out) if args.out else served
@@ -186,15 +186,21 @@ def _report(folder: Path, args, modes) -> int:
 
 
 def _measure(profile: Path, args, modes) -> int:
-    from ..beside import folder_beside
     from ..engine.launch import start_engine
     from ..engine.spec import engine_spec
     from ..engine.surface import describe_failure
-    from ..files import out_dir_problem
-    from ..inputs import check_spec_choices, check_vllm_installed
-    from ..options import InputError
-    from ..vram import cuda_available
-    from .match import EngineMismatch, ProfileUnusable, check_device, read_profile, spec_choices
+    from ..engine.vram import cuda_available
+    from ..readers.beside import folder_beside
+    from ..run.inputs import check_spec_choices, check_vllm_installed
+    from ..run.options import InputError
+    from ..run.profile import (
+        EngineMismatch,
+        ProfileUnusable,
+        check_device,
+        read_profile,
+        spec_choices,
+    )
+    from ..wire.files import out_dir_problem
     from .run import check_workloads, measure, report, save
     folder = Path(args.out) if args.out else folder_beside(profile)
     try:   # everything checkable before an engine starts

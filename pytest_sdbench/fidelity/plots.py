@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..figures import distinct_colors, figure, png_bytes
+from ..readers.figures import distinct_colors, figure, png_bytes
 from .records import STEP_KINDS
 from .report import E2E_METRICS, PREDICTORS, StepRow, e2e_value
 

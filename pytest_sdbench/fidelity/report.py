@@ -191,7 +191,7 @@ def relative_errors(measured: dict, predicted: dict) -> dict:
 
 
 def model_name(artifact: Artifact) -> str:
-    from .match import preset_of
+    from ..run.profile import preset_of
     preset = preset_of(artifact)
     return preset or Path(str(artifact.identity.target.model.value)).name
 

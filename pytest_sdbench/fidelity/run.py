@@ -23,12 +23,12 @@ from ..aisimulate.fidelity import (
     graph_modes,
     run_consumer,
 )
-from ..beside import REPORT_MD, folder_beside
-from ..files import atomic_write_text
-from ..testing import restoration_violations
+from ..engine.restoration import restoration_violations
+from ..readers.beside import REPORT_MD, folder_beside
+from ..run.profile import check_engine, read_profile
 from ..wire.contract import DEVICE_CUDA
+from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
-from .match import check_engine, read_profile
 from .predict import Interpolator
 from .records import ServingRun
 from .report import (

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from dataclasses import asdict
 
 from ..engine import compat
+from ..engine.host import HostMonitor
 from ..engine.launch import StepWatchdog
-from ..host import HostMonitor
-from ..observer.observer import NativeObserver, TimingMissing
-from ..observer.timing import timer_for
+from ..measure.observer import NativeObserver, TimingMissing
+from ..measure.timing import timer_for
 from ..wire.contract import BOOKING_MEASURED, CUDAGRAPH_NONE, GRAPH_EAGER, PHASE_IDLE
 from ..wire.model import utc_now
 from .records import UNKNOWN_GRAPH_MODE, RequestRecord, ServingRun, StepRecord

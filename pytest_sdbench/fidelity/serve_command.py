@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..files import out_dir_problem
+from ..wire.files import out_dir_problem
 
 EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
 
@@ -40,10 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..inputs import check_vllm_installed
-    from ..options import InputError
-    from ..vram import cuda_available
-    from .match import ProfileUnusable, check_device, read_profile
+    from ..engine.vram import cuda_available
+    from ..run.inputs import check_vllm_installed
+    from ..run.options import InputError
+    from ..run.profile import ProfileUnusable, check_device, read_profile
     from .served import (
         MANIFEST_FILE,
         ServedOptions,

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import atomic_write_text
+from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
 
 MANIFEST_FILE = "served-manifest.json"
@@ -164,7 +164,7 @@ def server_kwargs(artifact: Artifact) -> tuple[dict, dict]:
     """The engine arguments of the served engine: crosscheck's resolution of the profile's
     engine, with PINNED_SETTINGS set to the profile's effective values; and which of those
     were pinned (name -> value)."""
-    from .match import vllm_kwargs
+    from ..run.profile import vllm_kwargs
     kwargs = vllm_kwargs(artifact)
     settings = artifact.identity.settings
     pinned = {}

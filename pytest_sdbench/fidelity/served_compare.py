@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write_text
+from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
 from .report import percentile
 from .served import read_manifest, served_results
@@ -287,7 +287,7 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
 
 
 def plot(report: dict, path: Path) -> Path:
-    from ..figures import require_matplotlib
+    from ..readers.figures import require_matplotlib
     require_matplotlib()
     from matplotlib.figure import Figure
     fig = Figure(figsize=(9.0, 4.0))

@@ -74,7 +74,7 @@ def test_the_consumer_prices_every_step_its_table_covers(h200_report):
 
 
 def profile_points_at_run_al() -> list:
-    from pytest_sdbench.fidelity.match import read_profile
+    from pytest_sdbench.run.profile import read_profile
     artifact = read_profile(H200)
     al = artifact.speculative.synthetic_acceptance_length
     return [p for p in profile_points(artifact)

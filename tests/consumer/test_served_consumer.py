@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from pytest_sdbench.fidelity.match import read_profile
 from pytest_sdbench.fidelity.served import MANIFEST_FILE, MANIFEST_KIND, MANIFEST_VERSION
 from pytest_sdbench.fidelity.served_compare import METRICS, compare, markdown
+from pytest_sdbench.run.profile import read_profile
 
 from ..forge import BASES, ROOT
 

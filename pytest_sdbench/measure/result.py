@@ -7,18 +7,18 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass, field, replace
 
-from .engine.surface import Engine
-from .prompt_pool import TimeBreakdown
-from .wire.contract import (
+from ..engine.surface import Engine
+from ..wire.contract import (
     DEFAULT_ORDER_SEED,
     REPEAT_ROUNDS,
     WARMUP_MIN_PASSES,
     WARMUP_TOLERANCE,
     RepeatOrder,
 )
-from .wire.model import DecodeObservation, PrefillObservation, SkippedPoint
-from .wire.points import DecodePoint, Grid, GridError, PrefillPoint, fit_errors
-from .wire.rounds import CanarySample, PointRef, Round, UntilPinned
+from ..wire.model import DecodeObservation, PrefillObservation, SkippedPoint
+from ..wire.points import DecodePoint, Grid, GridError, PrefillPoint, fit_errors
+from ..wire.rounds import CanarySample, PointRef, Round, UntilPinned
+from .prompt_pool import TimeBreakdown
 
 
 class PointFailed(RuntimeError):

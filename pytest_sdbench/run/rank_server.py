@@ -1,4 +1,4 @@
-"""One rank of a tensor-parallel engine: ``python -m pytest_sdbench.rank_server``, started
+"""One rank of a tensor-parallel engine: ``python -m pytest_sdbench.run.rank_server``, started
 by engine/tp.py with torchrun's environment. It connects to the proxy, starts its engine
 in-process (vLLM external_launcher), then runs the proxy's commands, each by its name in
 COMMANDS, until told to shut down. Every rank runs every command, in the same order (vLLM's
@@ -16,12 +16,12 @@ from collections.abc import Callable
 from multiprocessing.connection import Client
 from typing import Any
 
-from . import session
-from .collector import sampling_params
-from .engine import compat, ranks
-from .engine.launch import start_local_engine
-from .engine.restoration import restoration_violations
-from .engine.tp import AUTHKEY_ENV, RANK_SERVER_ENV, RankStarted
+from ..engine import compat, ranks
+from ..engine.launch import start_local_engine
+from ..engine.restoration import restoration_violations
+from ..engine.tp import AUTHKEY_ENV, RANK_SERVER_ENV, RankStarted
+from ..measure.collector import sampling_params
+from . import collect as session
 
 PR_SET_PDEATHSIG = 1
 

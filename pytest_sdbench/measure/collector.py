@@ -32,23 +32,11 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import cast
 
-from .collection import (
-    CacheMiss,
-    CollectionResult,
-    PointFailed,
-    PointState,
-    check_grid_fits,
-    paused_gc,
-    settled,
-)
-from .engine import compat, ranks
-from .engine.canary import measure_canary
-from .engine.clock import ClockReader, NoClock, open_clock
-from .engine.surface import InProcessEngine
-from .observer.observer import NativeObserver, TimingMissing
-from .observer.timing import timer_for
-from .prompt_pool import PromptPool, TimeBreakdown, admission_hits, missed_the_cache
-from .wire.contract import (
+from ..engine import compat, ranks
+from ..engine.canary import measure_canary
+from ..engine.clock import ClockReader, NoClock, open_clock
+from ..engine.surface import InProcessEngine
+from ..wire.contract import (
     BOOKING_MEASURED,
     BOOKING_UNBOOKED,
     BOOKING_WARMUP,
@@ -73,14 +61,14 @@ from .wire.contract import (
     Device,
     GraphMode,
 )
-from .wire.model import (
+from ..wire.model import (
     DecodeObservation,
     Observation,
     PrefillObservation,
     SkippedPoint,
     utc_now,
 )
-from .wire.points import (
+from ..wire.points import (
     DecodePoint,
     Grid,
     PrefillPoint,
@@ -89,8 +77,8 @@ from .wire.points import (
     decode_max_tokens,
     point_label,
 )
-from .wire.records import Provenance
-from .wire.rounds import (
+from ..wire.records import Provenance
+from ..wire.rounds import (
     ONE_ROUND,
     PointRef,
     RepeatPlan,
@@ -98,7 +86,19 @@ from .wire.rounds import (
     needs_another_round,
     round_order,
 )
-from .wire.shape import decode_mismatch, prefill_mismatch
+from ..wire.shape import decode_mismatch, prefill_mismatch
+from .observer import NativeObserver, TimingMissing
+from .prompt_pool import PromptPool, TimeBreakdown, admission_hits, missed_the_cache
+from .result import (
+    CacheMiss,
+    CollectionResult,
+    PointFailed,
+    PointState,
+    check_grid_fits,
+    paused_gc,
+    settled,
+)
+from .timing import timer_for
 
 
 def sampling_params(max_tokens: int):

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from . import hooks, markers
-from .options import OPTIONS, add_pytest_options, k_window_note
-from .pytest_session import SdbenchCollect, SdbenchSession
+from ..run.options import OPTIONS, add_pytest_options, k_window_note
+from . import hookspecs as hooks
+from . import markers
+from .session import SdbenchCollect, SdbenchSession
 
 
 def pytest_addhooks(pluginmanager):
@@ -116,8 +117,8 @@ def sdbench_engine(sdbench_session, sdbench_engine_spec):
 def sdbench_grid(sdbench_session, sdbench_engine):
     """The grid of points: --sdbench-grid (read at configure), or the default grid for this
     engine."""
-    from .session import grid_for
-    from .wire.points import GridError
+    from ..run.collect import grid_for
+    from ..wire.points import GridError
     try:
         return grid_for(sdbench_engine, sdbench_session.inputs.grid)
     except GridError as exc:
@@ -155,7 +156,7 @@ def sdbench_fidelity(sdbench_session, sdbench_engine):
     report beside the profile (<stem>-fidelity/, or out_dir). `profile` is an artifact path
     or a CollectionRun. report.errors(predictor, kind) holds the figures a gate asserts on:
     median_abs_error, p90_abs_error, bias, steps, priced_steps."""
-    from .fidelity.run import default_workload, run_fidelity
+    from ..fidelity.run import default_workload, run_fidelity
 
     def fidelity(profile, workloads=None, out_dir=None, consumer_python=None,
                  warmup_requests: int = 8, plots: bool = True):
@@ -175,6 +176,6 @@ def pytest_sdbench_artifact_written(config, path, artifact):
     """With --sdbench-plots, the artifact's plots beside it."""
     session = SdbenchSession.of(config)
     if session.inputs.plots:
-        from .plot import plot_beside
+        from ..readers.plot import plot_beside
         page = plot_beside(path, artifact)[-1]
         session.summary.artifact.append(f"plots: {page}")

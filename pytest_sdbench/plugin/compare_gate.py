@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from .options import spelled
-from .wire.model import Artifact
+from ..run.options import spelled
+from ..wire.model import Artifact
 
 
 def check_baseline(config, judges: bool) -> tuple[Path, Artifact] | None:
@@ -38,8 +38,8 @@ def check_baseline(config, judges: bool) -> tuple[Path, Artifact] | None:
         return None
     if not judges:
         return None
-    from .artifact import validate_path
-    from .artifact.store import UnusableArtifact
+    from ..artifact import validate_path
+    from ..artifact.store import UnusableArtifact
     path = (Path(config.invocation_params.dir) / chosen).resolve()
     option = spelled("compare", False)
     try:
@@ -59,8 +59,9 @@ def judge(session, baseline: tuple[Path, Artifact] | None, written: list[str],
     config = session.config
     if baseline is None:
         return
-    from .artifact import validate_path
-    from .compare import compare, render
+    from ..artifact import validate_path
+    from ..readers.compare import compare, render
+    from ..run.recollect import collect_command
     base_path, base = baseline
     fail_above = config.getoption("sdbench_compare_fail_above") or 0.0
     failed = not written
@@ -74,7 +75,7 @@ def judge(session, baseline: tuple[Path, Artifact] | None, written: list[str],
             failed = True
             continue
         result = compare(base, cand, fail_above_pct=fail_above, base_name=str(base_path),
-                         cand_name=str(path))
+                         cand_name=str(path), recollect=collect_command)
         summary.extend(render(result).splitlines())
         failed = failed or result.failed
     if not config.getoption("sdbench_compare_fail"):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import shlex
 
-from .fidelity.match import ProfileUnusable, spec_choices
+from ..wire.model import Artifact
 from .options import spelled
-from .wire.model import Artifact
+from .profile import ProfileUnusable, spec_choices
 
 
 def collect_command(a: Artifact, repeats: int) -> str:

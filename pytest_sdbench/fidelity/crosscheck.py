@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import atomic_write_text
-from .wire.contract import DEVICE_CUDA, GENERATION_SAMPLING, PHASE_DECODE
-from .wire.model import Artifact, DecodeObservation
-from .wire.points import DecodePoint, decode_run_tokens
+from ..wire.contract import DEVICE_CUDA, GENERATION_SAMPLING, PHASE_DECODE
+from ..wire.files import atomic_write_text
+from ..wire.model import Artifact, DecodeObservation
+from ..wire.points import DecodePoint, decode_run_tokens
 
 ENGINE_CORES = ("multiprocess", "inprocess")
 SHORT_TOKENS, LONG_TOKENS = 16, 80     # output tokens of the two runs of a slope
@@ -134,14 +134,14 @@ class VllmAlone:
         from vllm import LLM, SamplingParams
         self._params = SamplingParams
         started = time.perf_counter()
-        from .fidelity.match import vllm_kwargs
+        from ..run.profile import vllm_kwargs
         self.llm = LLM(**vllm_kwargs(artifact))
         self.start_seconds = time.perf_counter() - started
         self.vocab = int(self.llm.llm_engine.model_config.get_vocab_size())
         self._next = 3   # token ids from a stream of its own: no prompt is replayed
         self.clock = None
         if artifact.device == DEVICE_CUDA:
-            from .engine.clock import ClockReader
+            from ..engine.clock import ClockReader
             self.clock = ClockReader(0)
 
     def _prompts(self, batch: int, context: int) -> list[dict]:
@@ -272,7 +272,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> Path:
-    from .figures import require_matplotlib
+    from ..readers.figures import require_matplotlib
     require_matplotlib()
     from matplotlib.figure import Figure
     points = [p for p in report["points"] if p["ratio"]]

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .wire.contract import (
+from ..wire.contract import (
     MIN_ROUNDS_FOR_NOISE,
     PINNED_CONFIDENCE,
     POLICY_DESCRIPTIONS,
     REPEAT_BACK_TO_BACK,
 )
-from .wire.model import Artifact, CpuPlacement, Observation, PointSummary
-from .wire.rounds import CanarySpread
+from ..wire.model import Artifact, CpuPlacement, Observation, PointSummary
+from ..wire.rounds import CanarySpread
 
 
 def is_legacy(a: Artifact) -> bool:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .engine.checkpoint import (
+from ..engine.model_files import (
     DEFAULT_LOAD_FORMAT,
     DRAFT_TO_TARGET,
     misnamed_snapshot,

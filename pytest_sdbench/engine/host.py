@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .files import private_dir
-from .wire.contract import CONTENTION_OTHER_CORES
-from .wire.model import RunEnvironment
+from ..wire.contract import CONTENTION_OTHER_CORES
+from ..wire.files import private_dir
+from ..wire.model import RunEnvironment
 
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 REGISTRY_ENV = "SDBENCH_REGISTRY_DIR"   # the registry folder (default: see registry_dir)

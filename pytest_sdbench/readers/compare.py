@@ -45,10 +45,10 @@ import io
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from .describe import canary_line, noise_judgeable, policy_line, repeat_policy
-from .wire.contract import (
+from ..wire.contract import (
     MEDIAN_SE_FACTOR,
     MIN_ROUNDS_FOR_NOISE,
     PHASE_DECODE,
@@ -58,9 +58,10 @@ from .wire.contract import (
     REPEAT_ROUNDS,
     STATUS_COMPLETE,
 )
-from .wire.model import Artifact, PointSummary
-from .wire.points import DecodePoint, PrefillPoint, point_label
-from .wire.rounds import CanarySpread
+from ..wire.model import Artifact, PointSummary
+from ..wire.points import DecodePoint, PrefillPoint, point_label
+from ..wire.rounds import CanarySpread
+from .describe import canary_line, noise_judgeable, policy_line, repeat_policy
 
 # z of a point's noise bound (the module's docstring says why 4), and of the host canary's
 # (one comparison, not one a point: the two-sided 95% z).
@@ -324,7 +325,11 @@ def _same_order_seed(base: Artifact, cand: Artifact) -> str | None:
 
 def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
             noise_floor_pct: float | None = None, base_name: str = "baseline",
-            cand_name: str = "candidate") -> Comparison:
+            cand_name: str = "candidate",
+            recollect: Callable[[Artifact, int], str] | None = None) -> Comparison:
+    """The verdicts point by point. `recollect(artifact, rounds)`: the command that collects
+    a side again with more rounds, named where its noise cannot be judged (the caller's:
+    run.recollect.collect_command reads the presets' configs, which a reader never does)."""
     result = Comparison(base_name, cand_name, fail_above_pct, noise_floor_pct,
                         compare_hosts(base.host_canary, cand.host_canary))
     sides = (("baseline", base), ("candidate", cand))
@@ -343,7 +348,7 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
             result.problems.append(f"{name} differs: baseline {b}, candidate {c}")
     unjudged = {side: why for side, a in sides if (why := noise_judgeable(a)) is not None}
     if unjudged and noise_floor_pct is None:
-        result.problems.append(_cannot_judge(unjudged, dict(sides)))
+        result.problems.append(_cannot_judge(unjudged, dict(sides), recollect))
     typical = {phase: {side: typical_cv(a, phase) for side, a in sides} for phase in PHASES}
     result.typical_cv_pct = {phase: {side: None if cv is None else round(100 * cv, 2)
                                      for side, cv in by_side.items()}
@@ -429,13 +434,14 @@ def _verdict(change: float, noise: float | None, fail_above_pct: float, slack: f
     return HOST_SLOWER if change <= bound + slack else REGRESSED
 
 
-def _cannot_judge(unjudged: dict[str, str], artifacts: dict[str, Artifact]) -> str:
-    from .recollect import collect_command  # reads the presets' configs: only when needed
+def _cannot_judge(unjudged: dict[str, str], artifacts: dict[str, Artifact],
+                  recollect: Callable[[Artifact, int], str] | None) -> str:
     sides = "; ".join(f"the {side} {why}" for side, why in unjudged.items())
-    commands = {side: collect_command(artifacts[side], MIN_ROUNDS_FOR_NOISE)
-                for side in unjudged}
-    again = (f"`{next(iter(commands.values()))}`" if len(set(commands.values())) == 1 else
-             ", ".join(f"the {side}: `{command}`" for side, command in commands.items()))
+    again = "`sdbench collect ... --repeats 3`"
+    if recollect is not None:
+        commands = {side: recollect(artifacts[side], MIN_ROUNDS_FOR_NOISE) for side in unjudged}
+        again = (f"`{next(iter(commands.values()))}`" if len(set(commands.values())) == 1 else
+                 ", ".join(f"the {side}: `{command}`" for side, command in commands.items()))
     return (f"cannot judge noise: {sides}. A point's noise is its dispersion across at least "
             f"{MIN_ROUNDS_FOR_NOISE} rounds on both sides: collect each with --repeats "
             f"{MIN_ROUNDS_FOR_NOISE} or more (rounds, the default order), e.g. {again} (with "

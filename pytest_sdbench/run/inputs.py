@@ -19,18 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .aisimulate.grids import NATIVE_GRID, consumer_choice
-from .checkpoints import check_checkpoints, vllm_version
-from .engine.compat import BLOCK_SIZE, engine_argument_names, refused_engine_argument
-from .engine.placement import CpuListError, check_cpus
-from .engine.presets import PRESETS
-from .engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
-from .files import out_dir_problem
-from .options import InputError, repeat_plan, spelled, user_engine_args
-from .points.choice import GridChoice
-from .points.defaults import load_grid
-from .vram import cuda_available
-from .wire.contract import (
+from ..aisimulate.grids import NATIVE_GRID, consumer_choice
+from ..engine.compat import BLOCK_SIZE, engine_argument_names, refused_engine_argument
+from ..engine.placement import CpuListError, check_cpus
+from ..engine.presets import PRESETS
+from ..engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
+from ..engine.vram import cuda_available
+from ..grid.choice import GridChoice
+from ..grid.defaults import load_grid
+from ..wire.contract import (
     DEFAULT_DRAFT_DEPTH,
     MODE_AGG,
     PHASE_DECODE,
@@ -38,8 +35,11 @@ from .wire.contract import (
     PHASES_BY_MODE,
     REVISION_PATTERN,
 )
-from .wire.points import Grid, GridError, KnownLimits, check_grid_for_mode, fit_errors
-from .wire.rounds import RepeatPlan
+from ..wire.files import out_dir_problem
+from ..wire.points import Grid, GridError, KnownLimits, check_grid_for_mode, fit_errors
+from ..wire.rounds import RepeatPlan
+from .model_pair import check_checkpoints, vllm_version
+from .options import InputError, repeat_plan, spelled, user_engine_args
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def read_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> I
             check_grid_limits(grid.by_depth[depths[0]].only(
                 PHASES_BY_MODE.get(values.get("mode") or "agg", PHASES)), values, opt)
     if values.get("plots"):
-        from .figures import PlotUnavailable, require_matplotlib
+        from ..readers.figures import PlotUnavailable, require_matplotlib
         try:
             require_matplotlib()
         except PlotUnavailable as exc:

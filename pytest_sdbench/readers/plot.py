@@ -25,6 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..wire.contract import (
+    GRAPH_EAGER,
+    GRAPH_FULL,
+    GRAPH_PIECEWISE,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PINNED_CONFIDENCE,
+    REPEAT_BACK_TO_BACK,
+)
+from ..wire.files import atomic_write_bytes, atomic_write_text
+from ..wire.model import Artifact, PointSummary
+from ..wire.points import point_label
+from ..wire.rounds import canary_readings
 from .beside import reports_beside
 from .compare import (
     COLUMNS,
@@ -52,19 +65,6 @@ from .describe import (
     repeat_policy,
 )
 from .figures import distinct_colors, figure, png_bytes, require_matplotlib
-from .files import atomic_write_bytes, atomic_write_text
-from .wire.contract import (
-    GRAPH_EAGER,
-    GRAPH_FULL,
-    GRAPH_PIECEWISE,
-    PHASE_DECODE,
-    PHASE_PREFILL,
-    PINNED_CONFIDENCE,
-    REPEAT_BACK_TO_BACK,
-)
-from .wire.model import Artifact, PointSummary
-from .wire.points import point_label
-from .wire.rounds import canary_readings
 
 MARKERS = {GRAPH_EAGER: "o", GRAPH_PIECEWISE: "s", GRAPH_FULL: "^"}
 MIXED_MARKER = "X"   # a point whose repeats ran in more than one graph mode

@@ -1,7 +1,7 @@
 """Checks for tests, the package's and downstream repositories': each returns a list of
 violations (empty: fine).
 
-    from pytest_sdbench.testing import observation_violations, restoration_violations
+    from pytest_sdbench.plugin.testing import observation_violations, restoration_violations
 
 - observation_violations(artifact): every retained observation is an exact native join of
   the point's shape;
@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from typing import Any
 from unittest.mock import patch
 
-from .engine.restoration import restoration_violations
-from .wire.contract import BOOKING_MEASURED, DEVICE_CPU, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
-from .wire.shape import decode_mismatch, prefill_mismatch
+from ..engine.restoration import restoration_violations
+from ..wire.contract import BOOKING_MEASURED, DEVICE_CPU, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
+from ..wire.shape import decode_mismatch, prefill_mismatch
 
 STEP_RANGE_PREFIX = "sdbench_step_"
 
@@ -69,8 +69,8 @@ def annotated_steps(llm) -> Iterator[None]:
     inside an attached NativeObserver (it reads the observer's stamp); removed on exit."""
     from torch.profiler import record_function
 
-    from .engine import compat
-    from .observer.observer import STAMP_ATTR
+    from ..engine import compat
+    from ..measure.observer import STAMP_ATTR
     worker = compat.worker(llm)
     execute, sample = worker.execute_model, worker.sample_tokens
     open_ranges: deque[Any] = deque()

@@ -17,29 +17,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifact import schema
-from .artifact.build import build_artifact
-from .artifact.store import ArtifactText, parse_json, write_artifact
-from .artifact.sweep import k_label
-from .artifact.validate.report import Report, validate_data
-from .collection import CollectionResult, check_grid_fits
-from .collector import Collector
-from .engine import ranks
-from .engine.restoration import restoration_violations
-from .engine.surface import Engine, InProcessEngine, describe_failure, in_process
-from .host import HostMonitor
-from .points.choice import GridChoice
-from .points.defaults import default_grid, derived_grid
-from .wire.contract import (
+from ..artifact import schema
+from ..artifact.build import build_artifact
+from ..artifact.store import ArtifactText, parse_json, write_artifact
+from ..artifact.sweep import k_label
+from ..artifact.validate.report import Report, validate_data
+from ..engine import ranks
+from ..engine.host import HostMonitor
+from ..engine.restoration import restoration_violations
+from ..engine.surface import Engine, InProcessEngine, describe_failure, in_process
+from ..grid.choice import GridChoice
+from ..grid.defaults import default_grid, derived_grid
+from ..measure.collector import Collector
+from ..measure.result import CollectionResult, check_grid_fits
+from ..wire.contract import (
     PHASES,
     PHASES_BY_MODE,
     REPEAT_BACK_TO_BACK,
     STATUS_COMPLETE,
     STOP_PINNED,
 )
-from .wire.model import Artifact, SkippedPoint
-from .wire.points import Grid, GridError, check_grid_for_mode
-from .wire.rounds import ONE_ROUND, RepeatPlan
+from ..wire.model import Artifact, SkippedPoint
+from ..wire.points import Grid, GridError, check_grid_for_mode
+from ..wire.rounds import ONE_ROUND, RepeatPlan
 
 
 def grid_for(engine: Engine, choice: GridChoice | None = None) -> Grid:
@@ -239,7 +239,7 @@ def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Pa
                 # engine (every rank of a tensor-parallel engine runs the probe, rank 0's is
                 # recorded). Inside the try: an engine that fails or is interrupted in the
                 # probe is failed and shut down like one that does so in the collection.
-                from .observer.cost import measure
+                from ..measure.observer_cost import measure
                 engine.observer_cost = measure(engine)
             result = Collector(engine, progress=progress, decode_tokens=decode_tokens,
                                repeats=repeats,

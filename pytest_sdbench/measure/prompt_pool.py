@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .wire.points import Grid
+from ..wire.points import Grid
 
 # The pool is used where it takes at most this share of the KV cache's tokens; the rest
 # holds one run's own tokens (at most one step's budget, or a decode batch's growth).

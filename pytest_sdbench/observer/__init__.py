@@ -1,1 +1,0 @@
-"""Stamps native iteration IDs, freezes snapshots, receives timing samples, joins them."""
