@@ -175,7 +175,7 @@ def test_everything_that_knows_the_consumer_lives_in_its_wing():
     assert not outside, ", ".join(outside)
 
 
-PLUGIN_LINES = 200   # plugin/__init__.py: options, hooks and fixtures; the run's state is plugin/session.py's
+PLUGIN_LINES = 200   # plugin/__init__.py: options, hooks, fixtures; the state: plugin/session.py
 
 
 def test_the_plugin_is_wiring():
