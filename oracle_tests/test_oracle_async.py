@@ -5,8 +5,8 @@ synchronous scheduling (CPU) no correction is needed and none may be made."""
 
 import pytest
 
-from pytest_sdbench.measure.collector import sampling_params
 from pytest_sdbench.measure.observer import NativeObserver
+from pytest_sdbench.measure.runs import sampling_params
 from pytest_sdbench.measure.timing import timer_for
 from pytest_sdbench.plugin.testing import restoration_violations
 from pytest_sdbench.wire.contract import BOOKING_MEASURED

@@ -16,8 +16,8 @@ from unittest.mock import patch
 import pytest
 
 from pytest_sdbench.engine import compat
-from pytest_sdbench.measure.collector import sampling_params
 from pytest_sdbench.measure.observer import STAMP_ATTR, NativeObserver
+from pytest_sdbench.measure.runs import sampling_params
 from pytest_sdbench.measure.timing import timer_for
 from pytest_sdbench.plugin.testing import (
     annotated_steps,

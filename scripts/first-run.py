@@ -18,9 +18,10 @@ import sys
 from pytest_sdbench.cli import _parser
 from pytest_sdbench.engine.launch import start_engine
 from pytest_sdbench.measure import collector as collecting
+from pytest_sdbench.measure.warmup import ShapeWarmup
 from pytest_sdbench.run.collect import grid_for
 from pytest_sdbench.run.inputs import read_inputs
-from pytest_sdbench.wire.contract import REPEAT_BACK_TO_BACK
+from pytest_sdbench.wire.contract import REPEAT_BACK_TO_BACK, SETTLED_FIRST_STEP
 from pytest_sdbench.wire.points import Grid, point_label
 from pytest_sdbench.wire.rounds import RepeatPlan
 
@@ -39,29 +40,34 @@ def main() -> None:
     first: dict[tuple[str, int], tuple[int, float]] = {}   # -> (passes, first run's seconds)
     index = {("prefill", id(p)): i for i, p in enumerate(grid.prefill)} | \
         {("decode", id(p)): i for i, p in enumerate(grid.decode)}
-    warm = collecting.Collector._warm
+    warm = ShapeWarmup.warm
 
-    def recording_warm(self, state, run_once):
+    def recording_warm(self, state, runner):
         times = []
+        once = runner.once
 
-        def once(booking):
-            outcome = run_once(booking)
-            times.append(outcome[0].timing.seconds)
+        def timed(state, booking):
+            outcome = once(state, booking)
+            times.append(outcome.record.timing.seconds)
             return outcome
-        passes, settled = warm(self, state, once)
+        runner.once = timed
+        try:
+            passes, settled = warm(self, state, runner)
+        finally:
+            del runner.once
         first[(state.phase, index[(state.phase, id(state.point))])] = (passes, times[0])
         return passes, settled
-    collecting.Collector._warm = recording_warm
+    ShapeWarmup.warm = recording_warm
     # every decode point takes its warm-up's first pass (by_shape), so that its first run is
     # timed apart from its samples (by_shape_seeded measures a settled shape's first run)
-    collecting.Collector._settled_for = lambda self, point: False
+    ShapeWarmup.seed_warms = lambda self, point: False
     plan = RepeatPlan(mine.repeats, REPEAT_BACK_TO_BACK, 0, None)
     result = collecting.Collector(engine, repeats=plan).collect(inputs.mode, grid)
     later: dict[tuple[str, int], list[float]] = {}
     for o in result.prefill:
         later.setdefault(("prefill", o.point_index), []).append(o.timing.seconds)
     for o in result.decode:   # the first retained step: the one the warm-up times
-        if o.step_index == collecting.SETTLED_FIRST_STEP:
+        if o.step_index == SETTLED_FIRST_STEP:
             later.setdefault(("decode", o.point_index), []).append(o.timing.seconds)
     rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for key, (passes, seconds) in sorted(first.items()):

@@ -347,7 +347,7 @@ def test_a_stopped_run_aborts_its_requests_and_leaves_the_engine_idle(sdbench_en
     running are aborted (no outputs), the engine is left idle, and the next run serves in
     full."""
     from pytest_sdbench.engine import compat
-    from pytest_sdbench.measure.collector import sampling_params
+    from pytest_sdbench.measure.runs import sampling_params
     prompts = [sdbench_engine.fresh_tokens(40) for _ in range(2)]
     asked = itertools.count(1)
     assert sdbench_engine.generate(prompts, sampling_params(30),
@@ -392,8 +392,8 @@ def test_a_seeded_point_whose_first_run_ran_no_settled_shape_warms_up_and_runs_a
     pass acts on, forced here), but no shape settled before point 0: its first run names its
     shape, unsettled, so that run is dropped, the point warms up until stable and is measured
     again; what it keeps is exact, and states its own passes."""
-    from pytest_sdbench.measure.collector import Collector
-    monkeypatch.setattr(Collector, "_settled_for", lambda self, point: True)
+    from pytest_sdbench.measure.warmup import ShapeWarmup
+    monkeypatch.setattr(ShapeWarmup, "seed_warms", lambda self, point: True)
     a = sdbench_collect("decode", _two_shapes(sdbench_engine)).artifact
     passes = {o.point_index: o.warmup_passes for o in a.decode}
     assert passes[0] >= WARMUP_MIN_PASSES

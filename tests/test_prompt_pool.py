@@ -88,7 +88,7 @@ def test_a_run_that_missed_the_emptied_cache_is_seeded_again_and_stays_exact(
 def test_a_full_cache_hit_is_what_vllm_serves_with_eagle(sdbench_engine):
     """full_cache_hit's rule, against the engine: a prompt computed once is served again
     with its cached blocks less the last one (EAGLE recomputes it), at most prompt - 1."""
-    from pytest_sdbench.measure.collector import sampling_params
+    from pytest_sdbench.measure.runs import sampling_params
     block = sdbench_engine.block_size
     for length in (block - 1, block + 1, 2 * block, 3 * block + 7):
         prompt = sdbench_engine.fresh_tokens(length)
@@ -104,16 +104,16 @@ def test_a_pool_narrower_than_the_widest_batch_serves_the_batches_it_covers(
     the pool's 2 and one prompt of its own, seeded before each of its passes; every row
     exact."""
     from pytest_sdbench.measure import prompt_pool
-    from pytest_sdbench.measure.collector import Collector
+    from pytest_sdbench.measure.decode import DecodeRunner
     seeded = []   # (the seeded prompts, the pool's, cut to the point's context)
-    seed = Collector._decode_seed
+    seed = DecodeRunner.seed
 
     def recording(self, state):
-        context = state.point.context_tokens
-        seeded.append((state.prompts, self.pool.batch(len(self.pool.prompts), context)))
+        context, pool = state.point.context_tokens, self.runs.pool
+        seeded.append((state.prompts, pool.batch(len(pool.prompts), context)))
         seed(self, state)
 
-    monkeypatch.setattr(Collector, "_decode_seed", recording)
+    monkeypatch.setattr(DecodeRunner, "seed", recording)
     length = max(d.context_tokens for d in pool_grid.decode)
     cache = sdbench_engine.kv_capacity.tokens
     monkeypatch.setattr(prompt_pool, "POOL_CACHE_SHARE", (2 * length + 1) / cache)

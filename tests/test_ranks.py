@@ -15,9 +15,9 @@ from pytest_sdbench.engine.ranks import (
     record_digest,
     step_seconds,
 )
-from pytest_sdbench.measure.collector import Collector
 from pytest_sdbench.measure.observer import IterationRecord, TimingMissing
 from pytest_sdbench.measure.result import PointFailed
+from pytest_sdbench.measure.runs import EngineRuns
 from pytest_sdbench.wire.records import TimingSample
 
 PROMPTS = [[5, 6, 7], [8, 9]]
@@ -100,7 +100,7 @@ def test_the_collector_keeps_every_ranks_time_and_retains_the_slowest(monkeypatc
     mine = [record(1, 0.010), record(2, 0.030)]
     _two_ranks(monkeypatch, rank_window([record(1, 0.012, "deadbeef"),
                                          record(2, 0.020, "deadbeef")], PROMPTS))
-    Collector._agree(mine, PROMPTS, None)
+    EngineRuns._agree(mine, PROMPTS, None)
     assert [r.timing.rank_seconds for r in mine] == [(0.010, 0.012), (0.030, 0.020)]
     assert [r.timing.seconds for r in mine] == [0.012, 0.030]
 
@@ -108,16 +108,16 @@ def test_the_collector_keeps_every_ranks_time_and_retains_the_slowest(monkeypatc
 def test_the_collector_fails_the_point_when_the_ranks_disagree(monkeypatch):
     _two_ranks(monkeypatch, rank_window([record(1, 0.01, accepted=1)], PROMPTS))
     with pytest.raises(PointFailed, match="native iteration 1"):
-        Collector._agree([record(1, 0.01)], PROMPTS, None)
+        EngineRuns._agree([record(1, 0.01)], PROMPTS, None)
 
 
 def test_the_collector_raises_timing_missing_on_every_rank(monkeypatch):
     _two_ranks(monkeypatch, rank_window([record(1, 0.01)], PROMPTS, missing="lost"))
     with pytest.raises(TimingMissing, match="rank 1: lost"):
-        Collector._agree([record(1, 0.01)], PROMPTS, None)
+        EngineRuns._agree([record(1, 0.01)], PROMPTS, None)
 
 
 def test_a_single_rank_is_left_as_it_was():
     mine = [record(1, 0.010)]
-    Collector._agree(mine, PROMPTS, None)
+    EngineRuns._agree(mine, PROMPTS, None)
     assert mine[0].timing.rank_seconds == ()  # step_time_rule single_rank: no per-rank list

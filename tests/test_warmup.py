@@ -1,12 +1,14 @@
-"""The warm-up rule (collection.settled) and the passes it drives (Collector._warm, the
-by_shape rule), on a fake run_once that returns steps of given times: pure logic, no engine.
+"""The warm-up rule (measure.result.settled) and the passes it drives (ShapeWarmup.warm, the
+by_shape rule), on a fake phase runner whose runs return steps of given times: pure logic, no
+engine.
 (How rounds follow the warm-up runs on the real engine, and the by_shape warm-up there:
 tests/test_collection.py.)"""
 
 from types import SimpleNamespace as NS
 
-from pytest_sdbench.measure.collector import Collector
+from pytest_sdbench.measure.phase import Outcome
 from pytest_sdbench.measure.result import settled
+from pytest_sdbench.measure.warmup import ShapeWarmup
 from pytest_sdbench.wire.contract import (
     BOOKING_WARMUP,
     GRAPH_EAGER,
@@ -23,8 +25,19 @@ POINT = NS(point=DecodePoint(batch_size=4, context_tokens=512, draft_depth=3))
 
 
 class FakeRuns:
-    """run_once(booking) -> (record, outputs): the next warm-up time in turn, and a fixed
-    time for measured runs; every booking asked for is kept, in order."""
+    """What the warm-up asks of the engine's runs: a record's graph mode, a run (no cache
+    miss here)."""
+
+    def graph_mode(self, record):
+        return record.graph_mode
+
+    def seeded(self, state, seed, run):
+        return run()
+
+
+class FakeRunner:
+    """once(state, booking) -> Outcome: the next warm-up time in turn, and a fixed time for
+    measured runs; every booking asked for is kept, in order."""
 
     MEASURED_SECONDS = 1.0
 
@@ -33,18 +46,24 @@ class FakeRuns:
         self.graph_mode = graph_mode
         self.bookings: list[str] = []
 
-    def __call__(self, booking: str):
+    def seed(self, state) -> None:
+        pass
+
+    def once(self, state, booking: str) -> Outcome:
         self.bookings.append(booking)
         seconds = self.warmup_seconds.pop(0) if booking == BOOKING_WARMUP \
             else self.MEASURED_SECONDS
-        return (NS(timing=NS(seconds=seconds), graph_mode=self.graph_mode),
-                f"outputs of run {len(self.bookings)}")
+        return Outcome(NS(timing=NS(seconds=seconds), graph_mode=self.graph_mode))
 
 
-def _warm(warmup_seconds: list[float], collector: Collector | None = None, state=POINT,
+def _shapes() -> ShapeWarmup:
+    return ShapeWarmup(FakeRuns(), None)   # type: ignore[arg-type]
+
+
+def _warm(warmup_seconds: list[float], shapes: ShapeWarmup | None = None, state=POINT,
           graph_mode: str = GRAPH_EAGER):
-    runs = FakeRuns(warmup_seconds, graph_mode)
-    warmup = (collector or Collector(engine=None))._warm(state, runs)
+    runs = FakeRunner(warmup_seconds, graph_mode)
+    warmup = (shapes or _shapes()).warm(state, runs)   # type: ignore[arg-type]
     return runs, warmup
 
 
@@ -90,7 +109,7 @@ def test_a_series_that_settles_at_the_last_pass_allowed_is_settled():
 
 
 def test_a_point_of_a_shape_an_earlier_point_settled_takes_one_pass():
-    collector = Collector(engine=None)
+    collector = _shapes()
     _, first = _warm([10.0, 5.0, 5.0], collector)
     assert first == (3, True)
     same_shape = NS(point=DecodePoint(batch_size=4, context_tokens=4096, draft_depth=3))
@@ -100,7 +119,7 @@ def test_a_point_of_a_shape_an_earlier_point_settled_takes_one_pass():
 
 
 def test_a_shape_whose_first_point_never_settled_warms_its_next_point_until_stable():
-    collector = Collector(engine=None)
+    collector = _shapes()
     alternating = [10.0 if i % 2 else 5.0 for i in range(WARMUP_MAX_PASSES)]
     assert _warm(alternating, collector)[1] == (WARMUP_MAX_PASSES, False)
     same_shape = NS(point=DecodePoint(batch_size=4, context_tokens=4096, draft_depth=3))
@@ -108,7 +127,7 @@ def test_a_shape_whose_first_point_never_settled_warms_its_next_point_until_stab
 
 
 def test_another_batch_or_graph_mode_is_another_shape():
-    collector = Collector(engine=None)
+    collector = _shapes()
     _warm([5.0, 5.0], collector)
     other_batch = NS(point=DecodePoint(batch_size=8, context_tokens=512, draft_depth=3))
     assert _warm([7.0, 7.0], collector, other_batch)[1] == (WARMUP_MIN_PASSES, True)

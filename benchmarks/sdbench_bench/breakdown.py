@@ -10,7 +10,7 @@ import pstats
 import time
 from pathlib import Path
 
-from pytest_sdbench.measure.collector import sampling_params
+from pytest_sdbench.measure.runs import sampling_params
 
 from . import replay
 from .probes import decode_prompts, observed

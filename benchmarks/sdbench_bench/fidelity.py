@@ -12,8 +12,8 @@ import time
 from unittest.mock import patch
 
 from pytest_sdbench.engine import compat
-from pytest_sdbench.measure.collector import sampling_params
 from pytest_sdbench.measure.observer import STAMP_ATTR
+from pytest_sdbench.measure.runs import sampling_params
 
 from .goals import FIDELITY
 from .probes import decode_prompts, observed

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from unittest.mock import patch
 
 from pytest_sdbench.engine import compat
-from pytest_sdbench.measure.collector import sampling_params
 from pytest_sdbench.measure.observer import NativeObserver
 from pytest_sdbench.measure.observer_cost import HostProfile, added_seconds
+from pytest_sdbench.measure.runs import sampling_params
 from pytest_sdbench.measure.timing import timer_for
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 from unittest.mock import patch
 
 from pytest_sdbench.engine import compat
-from pytest_sdbench.measure.collector import sampling_params
 from pytest_sdbench.measure.observer import NativeObserver, TimingMissing
+from pytest_sdbench.measure.runs import sampling_params
 from pytest_sdbench.measure.timing import timer_for
 from pytest_sdbench.wire.contract import BOOKING_MEASURED
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from pytest_sdbench.measure.collector import sampling_params
+from pytest_sdbench.measure.runs import sampling_params
 
 from .goals import SYNCS
 from .probes import HostProfile, decode_prompts, observed

@@ -20,7 +20,7 @@ from ..engine import compat, ranks
 from ..engine.launch import start_local_engine
 from ..engine.restoration import restoration_violations
 from ..engine.tp import AUTHKEY_ENV, RANK_SERVER_ENV, RankStarted
-from ..measure.collector import sampling_params
+from ..measure.runs import sampling_params
 from . import collect as session
 
 PR_SET_PDEATHSIG = 1
