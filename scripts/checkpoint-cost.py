@@ -2,7 +2,7 @@
 """What a collection's writes and its end cost as it grows, on committed H200 artifacts (a
 production grid in rounds, and the planning profile), side by side:
 
-- a checkpoint (session.Checkpoint): the artifact's text made the first time (every sample
+- a checkpoint (run.partial.PartialArtifact): the artifact's text made the first time (every sample
   encoded, ArtifactText) and again (a later checkpoint: the samples' lines reused), and the
   old way, every sample encoded and indented at every write;
 - the end (session._check_and_write): parsing the text, the validator, and the published

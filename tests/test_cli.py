@@ -19,7 +19,9 @@ import pytest
 
 from pytest_sdbench import cli
 from pytest_sdbench.artifact import validate_path
-from pytest_sdbench.cli import SUMMARY_HEADER, main
+from pytest_sdbench.cli import main
+from pytest_sdbench.commands.show import SUMMARY_HEADER
+from pytest_sdbench.commands.terminal import EXIT_INTERRUPTED
 from pytest_sdbench.wire.contract import SETTLED_STEPS
 
 from .conftest import FIXTURES
@@ -221,7 +223,7 @@ def test_kill_interrupts_a_command_started_in_the_background(tmp_path, signum, l
             os.close(writer)
         proc.kill()
         proc.wait()
-    assert proc.returncode == cli.EXIT_INTERRUPTED, err
+    assert proc.returncode == EXIT_INTERRUPTED, err
     assert err.rstrip().splitlines()[-1] == "sdbench: interrupted", err
     assert "Traceback" not in err
     assert out == ""
@@ -355,7 +357,7 @@ def test_collect_writes_a_valid_artifact_from_user_checkpoints(tmp_path, real_ch
 def test_every_argument_of_every_command_says_what_it_is():
     """`sdbench COMMAND --help` describes each option and positional argument, and
     validate's names its exit codes."""
-    parser = cli._parser()
+    parser = cli.build_parser()
     for name, command in cli.subparsers(parser).items():
         bare = [a.option_strings or [a.dest] for a in command._actions if not a.help]
         assert bare == [], name

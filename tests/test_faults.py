@@ -578,6 +578,7 @@ FULL_DISK = """
 import contextlib, errno, io, json, sys, tempfile, traceback
 import vllm   # before any run's redirect: vLLM's log handlers keep the process's stderr
 from pytest_sdbench.run import collect as session
+from pytest_sdbench.run import partial
 from pytest_sdbench.cli import main
 from pytest_sdbench.engine import launch
 
@@ -614,10 +615,13 @@ def interrupted(data):   # a Ctrl-C while the finished collection's artifact is 
 def run(scenario, grid, out, temp):
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context(contextlib.ExitStack())
+        # the final artifact (run.collect) and the partial one (run.partial) write through
+        # one faulty disk
+        faulty = faulty_writes(scenario, out)
         for module, name, value in (
-                (session, "validate_data", interrupted) if scenario == "interrupt" else
-                (session, "write_artifact", faulty_writes(scenario, out)),
-                (tempfile, "tempdir", temp)):
+                ((session, "validate_data", interrupted),) if scenario == "interrupt" else
+                ((session, "write_artifact", faulty), (partial, "write_artifact", faulty))) + (
+                (tempfile, "tempdir", temp),):
             old = getattr(module, name)
             setattr(module, name, value)
             patch.callback(setattr, module, name, old)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sdbench.artifact import validate_path
-from pytest_sdbench.fidelity.command import add_arguments, workloads_from
+from pytest_sdbench.fidelity.command import add_cli_args, workloads_from
 from pytest_sdbench.fidelity.coverage import coverage, covered_workload
 from pytest_sdbench.fidelity.workload import Lengths, WorkloadError, plan
 
@@ -31,7 +31,7 @@ def artifact():
 
 def _args(*argv: str):
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_cli_args(parser)
     return parser.parse_args([str(PROFILE), *argv])
 
 

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from pytest_sdbench import cli, plugin
+from pytest_sdbench.commands.terminal import EXIT_UNUSABLE
 from pytest_sdbench.engine.compat import engine_argument_names
 from pytest_sdbench.engine.presets import PRESETS
 from pytest_sdbench.engine.spec import (
@@ -56,7 +57,7 @@ def _pytest_actions() -> dict[str, argparse.Action]:
 
 
 def _cli_actions() -> dict[str, argparse.Action]:
-    collect = cli.subparsers(cli._parser())["collect"]
+    collect = cli.subparsers(cli.build_parser())["collect"]
     return {a.option_strings[0]: a for a in collect._actions if a.option_strings != ["-h",
                                                                                       "--help"]}
 
@@ -97,9 +98,9 @@ def test_pytest_registers_every_option_of_the_table(pytester):
 
 
 def test_artifact_dir_and_plots_reach_sdbench_collect():
-    args = vars(cli._parser().parse_args(["collect", "--artifact-dir", "a", "--plots"]))
+    args = vars(cli.build_parser().parse_args(["collect", "--artifact-dir", "a", "--plots"]))
     assert (args["artifact_dir"], args["plots"]) == ("a", True)
-    assert vars(cli._parser().parse_args(["collect", "--out", "b"]))["artifact_dir"] == "b"
+    assert vars(cli.build_parser().parse_args(["collect", "--out", "b"]))["artifact_dir"] == "b"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM's source")
@@ -120,14 +121,14 @@ def test_engine_argument_names_are_exactly_what_llm_takes():
 
 def _collect_args(argv: list[str]) -> dict:
     """`sdbench collect ARGV` as parsed (nothing runs)."""
-    return vars(cli._parser().parse_args(["collect", *argv]))
+    return vars(cli.build_parser().parse_args(["collect", *argv]))
 
 
 def _refused(capsys, argv: list[str]) -> str:
     """The one error line argparse prints when `sdbench collect ARGV` is refused (exit 2)."""
     with pytest.raises(SystemExit) as excinfo:
         cli.main(["collect", *argv])
-    assert excinfo.value.code == cli.EXIT_UNUSABLE
+    assert excinfo.value.code == EXIT_UNUSABLE
     return capsys.readouterr().err.strip().splitlines()[-1]
 
 

@@ -10,6 +10,7 @@ from pytest_sdbench.artifact.validate.report import validate_data
 from pytest_sdbench.measure.prompt_pool import full_cache_hit
 from pytest_sdbench.plugin.testing import observation_violations
 from pytest_sdbench.run import collect as session
+from pytest_sdbench.run import partial
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.points import parse_grid
 from pytest_sdbench.wire.rounds import RepeatPlan
@@ -63,7 +64,7 @@ def test_decode_points_share_the_pool_and_seed_nothing_while_the_cache_holds_it(
 def test_a_run_that_missed_the_emptied_cache_is_seeded_again_and_stays_exact(
         sdbench_engine, pool_grid, tmp_path, monkeypatch):
     emptied = []
-    on_point = session.Checkpoint.on_point
+    on_point = partial.PartialArtifact.on_point
 
     def emptying(self, result):
         # after every sample: the engine's own prefix cache is emptied, so the next point's
@@ -72,7 +73,7 @@ def test_a_run_that_missed_the_emptied_cache_is_seeded_again_and_stays_exact(
         emptied.append(len(result.prefill) + len(result.decode))
         on_point(self, result)
 
-    monkeypatch.setattr(session.Checkpoint, "on_point", emptying)
+    monkeypatch.setattr(partial.PartialArtifact, "on_point", emptying)
     run = _collect(sdbench_engine, pool_grid, tmp_path)
     counts = run.result.breakdown.counts
     # the cache was emptied after every sample, so each round's decode point that did not

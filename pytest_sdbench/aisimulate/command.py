@@ -23,9 +23,11 @@ from .export.vocabulary import SYSTEM_PATTERN, Refused, UnusableInput
 
 EXIT_OK, EXIT_REFUSED, EXIT_UNUSABLE = 0, 1, 2
 TARGETS = ("aisimulate",)
+HELP = ("write what a consumer (AISimulate) reads: native envelopes, profile and speculative "
+        "FPM table")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT",
                         help="artifacts to export, each to DIR/<run_id>/")
     parser.add_argument("--to", required=True, choices=TARGETS, help="the consumer")
@@ -100,6 +102,13 @@ def options_from(args, known_configs: Mapping[str, KnownConfig]) -> ExportOption
                          nextn_accepted=args.nextn_accepted,
                          repeats_from=tuple(args.repeats_from),
                          envelope_only=args.envelope_only, known_configs=known_configs)
+
+
+def main(args) -> int:
+    """The export, with the presets' configs as the configs the export knows by digest."""
+    from ..engine.presets import config_texts
+    return run(args, {digest: KnownConfig(text, source)
+                      for digest, (text, source) in config_texts().items()})
 
 
 def run(args, known_configs: Mapping[str, KnownConfig]) -> int:

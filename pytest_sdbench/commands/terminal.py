@@ -1,5 +1,7 @@
-"""How the `sdbench` command meets a terminal: a usage error in one line (the usage block
-is --help's), --version without starting anything, and a closed pipe ended quietly."""
+"""How the `sdbench` commands meet a terminal: the exit codes they share, a usage error in
+one line (the usage block is --help's), --version without starting anything, a message on
+stderr, one printed line per message, an artifact loaded valid or refused in one line, and
+a closed pipe ended quietly."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import signal
 import sys
 from typing import NoReturn
 
-EXIT_USAGE = 2   # argparse's, and the CLI's "unusable input"
+EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2   # EXIT_UNUSABLE: argparse's usage error too
+EXIT_USAGE = EXIT_UNUSABLE
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a Ctrl-C
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE   # as a shell reports a tool a closed pipe ended
 
 
@@ -49,3 +53,28 @@ def closed_pipe() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return EXIT_BROKEN_PIPE
+
+
+def err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def one_line(text: str) -> str:
+    """One printed line per message, whatever the artifact's strings hold."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def load_valid(path):
+    """(the artifact, EXIT_OK), or (None, the exit code) with the refusal said in one
+    line: an unusable file, or one the validator refuses."""
+    from ..artifact import validate_path
+    from ..artifact.store import UnusableArtifact
+    try:
+        report = validate_path(path)
+    except UnusableArtifact as exc:
+        err(f"sdbench: {exc}")
+        return None, EXIT_UNUSABLE
+    if not report.ok:
+        err(f"sdbench: {path} is not a valid artifact; run `sdbench validate {path}`")
+        return None, EXIT_INVALID
+    return report.artifact, EXIT_OK

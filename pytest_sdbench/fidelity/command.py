@@ -25,9 +25,11 @@ from .workload import (
 
 EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
 DEFAULT_DURATION = 30.0
+HELP = ("serve a held-out workload on an engine configured as the profile's; report how well "
+        "the profile (ours, AISimulate's loader) predicted it")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", nargs="?", metavar="PROFILE",
                         help="the artifact whose engine and profile are checked")
     parser.add_argument("--report", metavar="DIR",
@@ -117,7 +119,7 @@ def _graph_modes(texts: list[str]) -> dict[str, str]:
     return modes
 
 
-def run(args) -> int:
+def main(args) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         modes = _graph_modes(args.graph_mode)

@@ -11,13 +11,16 @@ from pathlib import Path
 from ..wire.files import out_dir_problem
 
 EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
+HELP = ("serve as users run it: `vllm serve` with the profile's engine settings, driven by "
+        "`vllm bench serve` (random dataset, Poisson arrivals) at each rate; vLLM's result "
+        "files and a manifest")
 
 
 def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", metavar="PROFILE", help="an artifact collected on this device")
     parser.add_argument("--rate", type=float, action="append", required=True, metavar="R",
                         help="Poisson arrivals at R requests a second; repeat for another run on "
@@ -39,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds the server may take to become healthy (default 900)")
 
 
-def run(args) -> int:
+def main(args) -> int:
     from ..engine.vram import cuda_available
     from ..run.inputs import check_vllm_installed
     from ..run.options import InputError

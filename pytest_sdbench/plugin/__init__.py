@@ -32,7 +32,9 @@ import pytest
 from ..run.options import OPTIONS, add_pytest_options, k_window_note
 from . import hookspecs as hooks
 from . import markers
+from .compare_gate import CompareGate
 from .session import SdbenchCollect, SdbenchSession
+from .vram_mark import VramMark
 
 
 def pytest_addhooks(pluginmanager):
@@ -68,6 +70,14 @@ def pytest_configure(config):
     config.pluginmanager.register(session, SdbenchSession.name)
     session.assign_gpu()   # before anything here initialises CUDA
     session.read_inputs({o.dest: config.getoption(f"sdbench_{o.dest}") for o in OPTIONS})
+    inputs = session.inputs
+    config.pluginmanager.register(VramMark(inputs.engine.tp, session.summary.vram),
+                                  VramMark.name)
+    if inputs.compare is not None and session.worker is None:   # the controller judges
+        config.pluginmanager.register(
+            CompareGate(inputs.compare, Path(config.invocation_params.dir),
+                        lambda: [run.path for run in session.sweep_runs],
+                        session.summary.compare), CompareGate.name)
     note = k_window_note(session.inputs.depths, cli=False)
     if note and session.worker is None:   # the controller's, once (not per worker)
         session.summary.note.append(note)
@@ -117,10 +127,9 @@ def sdbench_engine(sdbench_session, sdbench_engine_spec):
 def sdbench_grid(sdbench_session, sdbench_engine):
     """The grid of points: --sdbench-grid (read at configure), or the default grid for this
     engine."""
-    from ..run.collect import grid_for
     from ..wire.points import GridError
     try:
-        return grid_for(sdbench_engine, sdbench_session.inputs.grid)
+        return sdbench_session.service.grid(sdbench_engine)
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -173,9 +182,8 @@ def sdbench_fidelity(sdbench_session, sdbench_engine):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sdbench_artifact_written(config, path, artifact):
-    """With --sdbench-plots, the artifact's plots beside it."""
+    """With --sdbench-plots, the artifact's plots beside it (run.service's plot)."""
     session = SdbenchSession.of(config)
-    if session.inputs.plots:
-        from ..readers.plot import plot_beside
-        page = plot_beside(path, artifact)[-1]
+    page = session.service.plot(path, artifact)
+    if page is not None:
         session.summary.artifact.append(f"plots: {page}")

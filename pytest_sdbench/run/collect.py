@@ -5,12 +5,9 @@ from it (engine/spec.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,27 +16,27 @@ from pathlib import Path
 
 from ..artifact import schema
 from ..artifact.build import build_artifact
-from ..artifact.store import ArtifactText, parse_json, write_artifact
+from ..artifact.store import parse_json, write_artifact
 from ..artifact.sweep import k_label
 from ..artifact.validate.report import Report, validate_data
 from ..engine import ranks
 from ..engine.host import HostMonitor
 from ..engine.restoration import restoration_violations
-from ..engine.surface import Engine, InProcessEngine, describe_failure, in_process
+from ..engine.surface import Engine, describe_failure, in_process
 from ..grid.choice import GridChoice
 from ..grid.defaults import default_grid, derived_grid
 from ..measure.collector import Collector
 from ..measure.result import CollectionResult, check_grid_fits
 from ..wire.contract import (
-    PHASES,
     PHASES_BY_MODE,
     REPEAT_BACK_TO_BACK,
     STATUS_COMPLETE,
     STOP_PINNED,
 )
-from ..wire.model import Artifact, SkippedPoint
+from ..wire.model import Artifact
 from ..wire.points import Grid, GridError, check_grid_for_mode
 from ..wire.rounds import ONE_ROUND, RepeatPlan
+from .partial import PartialArtifact
 
 
 def grid_for(engine: Engine, choice: GridChoice | None = None) -> Grid:
@@ -78,21 +75,6 @@ def artifact_name(mode: str, draft_depth: int, run_id: str, worker: str | None) 
             + (f"-{worker}" if worker else "") + ".json")
 
 
-PARTIAL_SUFFIX, UNCHECKED_SUFFIX = ".partial.json", ".unchecked.json"
-
-
-def partial_name(name: str) -> str:
-    """The checkpoint beside an artifact while points remain: sdbench-agg-k3-<run>.partial.json."""
-    return name.removesuffix(".json") + PARTIAL_SUFFIX
-
-
-def unchecked_name(name: str) -> str:
-    """The checkpoint once every point was measured but the run did not finish (its engine's
-    restoration, validation and the final write): <name>.unchecked.json. Its status is
-    'complete' (every point measured); the name says it was never checked."""
-    return name.removesuffix(".json") + UNCHECKED_SUFFIX
-
-
 class ArtifactNotWritten(OSError):
     """The final artifact could not be written (a full disk, an unwritable folder); the
     measured data is in .partial_path when a checkpoint was written, and in .artifact."""
@@ -106,102 +88,11 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-# A checkpoint is rewritten at most this often while a collection runs (and whenever a
-# round ends): a profile of 94 points x 5 rounds is 1.7 MB of JSON, and rewriting it after
-# every sample cost more than the samples. An interruption or an engine failure rewrites it
-# at once from what was measured (_leave_partial), so only a hard kill (SIGKILL) loses
-# anything: the samples since the last write.
-CHECKPOINT_SECONDS = 10.0
-# Writing a checkpoint writes every sample taken so far, each encoded once (ArtifactText:
-# 0.2 s for the planning profile's 8,625 observations on the 2-core CPU machine, where
-# encoding them all took 3.2 s), so it takes at most this share of the run's time: the next
-# one waits fifty times as long as the last took, and never less than CHECKPOINT_SECONDS.
-# (At a share of 0.05 the H100 plan-grade run spent 20.3 s of its 650.9 s writing; encoding
-# every sample at each write, the H200's 61.9 s of 828.5 at 0.1.) Only a SIGKILL loses the
-# samples since the last write.
-CHECKPOINT_SHARE = 0.02
-
-
-class Checkpoint:
-    """The checkpoint of a running collection, rewritten atomically as it goes (every
-    CHECKPOINT_SECONDS, or later where writing takes longer than CHECKPOINT_SHARE of the
-    time, and at the end of every round): the samples taken, and every point
-    not measured yet skipped as 'not reached: <cause>'. It is <name>.partial.json while
-    points remain, <name>.unchecked.json once every point is measured (status complete, but
-    not checked: the run may still stop before the final artifact). A write that fails (a
-    full disk) is reported once and the collection goes on."""
-
-    def __init__(self, engine: InProcessEngine, folder: Path, name: str, run_id: str,
-                 worker: str | None, monitor: HostMonitor, notify: Callable[[str], None]):
-        self.engine, self.folder, self.name = engine, folder, name
-        self.run_id, self.worker = run_id, worker
-        self.monitor, self.notify = monitor, notify
-        self.path = folder / partial_name(name)   # the file written last (or to be)
-        self.text = ArtifactText()   # each sample encoded once, for every write
-        self.result: CollectionResult | None = None
-        self.written = False
-        self.kept = 0                   # the points the file written last holds
-        self.error: OSError | None = None
-        self._last_write = -math.inf   # when the last write ended (time.monotonic)
-        self._last_cost = 0.0           # how long it took
-        self._rounds_ended = 0   # rounds ended at the last write: a round's end writes
-
-    def artifact(self, cause: str) -> Artifact:
-        result = self.result
-        if result is None:
-            raise RuntimeError("no point was measured: there is no checkpoint to build")
-        accounted = {(s.phase, s.point_index) for s in result.skipped} | \
-            {(phase, o.point_index) for phase in PHASES for o in getattr(result, phase)}
-        not_reached = [SkippedPoint(phase, i, f"not reached: {cause}")  # type: ignore[arg-type]
-                       for phase in PHASES
-                       for i in range(len(getattr(result.grid, phase)))
-                       if (phase, i) not in accounted]
-        view = dataclasses.replace(result, skipped=[*result.skipped, *not_reached])
-        return build_artifact(view, self.engine, self.monitor.environment(),
-                              worker=self.worker, run_id=self.run_id)
-
-    def write(self, cause: str) -> Artifact | None:
-        """The checkpoint with `cause` for the points not reached; None if not written."""
-        if self.result is None:
-            return None
-        try:
-            artifact = self.artifact(cause)
-            done = artifact.status == STATUS_COMPLETE
-            path = self.folder / (unchecked_name if done else partial_name)(self.name)
-            write_artifact(artifact, path, self.text)
-        except OSError as exc:
-            if self.error is None:
-                self.notify(f"sdbench: could not write the checkpoint {self.path} ({exc}); "
-                            "the collection goes on")
-            self.error = exc
-            return None
-        if self.written and path != self.path:
-            self.path.unlink(missing_ok=True)   # the partial, now that every point is in
-        self.path, self.written, self.kept = path, True, artifact.coverage.completed
-        return artifact
-
-    def on_point(self, result: CollectionResult) -> None:
-        self.result = result
-        now = time.monotonic()
-        ended = sum(r.canary_after is not None for r in result.rounds)
-        wait = max(CHECKPOINT_SECONDS, self._last_cost / CHECKPOINT_SHARE)
-        if now - self._last_write < wait and ended == self._rounds_ended:
-            return
-        self._rounds_ended = ended
-        self.write("the collection was still running when this checkpoint was written")
-        self._last_write = time.monotonic()
-        self._last_cost = self._last_write - now
-
-    def remove(self) -> None:
-        if self.written:
-            self.path.unlink(missing_ok=True)
-
-
 def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Path,
                         worker: str | None = None, progress=None,
                         decode_tokens: int | None = None, repeats: RepeatPlan = ONE_ROUND,
                         notify: Callable[[str], None] | None = None) -> CollectionRun:
-    """Collect with a checkpoint after every point (Checkpoint), build the artifact, check
+    """Collect with a checkpoint after every point (PartialArtifact), build the artifact, check
     it against the validator and the published JSON Schema, write it atomically and remove
     the checkpoint. An artifact either refuses is written as ``*.invalid.json`` and raised
     as InvalidArtifact.
@@ -232,7 +123,7 @@ def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Pa
     gpus = tuple(i for _, indices in peers for i in indices)
     check_grid_fits(grid.only(PHASES_BY_MODE[mode]), engine, decode_tokens)
     with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
-        checkpoint = Checkpoint(engine, Path(out_dir), name, run_id, worker, monitor, notify)
+        checkpoint = PartialArtifact(engine, Path(out_dir), name, run_id, worker, monitor, notify)
         try:
             if engine.observer_cost is None:
                 # Before anything is measured: the observer's own host time a step on this
@@ -278,7 +169,7 @@ def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Pa
 
 
 def _check_and_write(result: CollectionResult, artifact: Artifact, final_path: Path,
-                     checkpoint: Checkpoint) -> CollectionRun:
+                     checkpoint: PartialArtifact) -> CollectionRun:
     """Check the text that is written (ArtifactText makes it again, the same): the validator
     here, the published JSON Schema beside it (in worker processes for a long artifact)."""
     text = checkpoint.text.text(artifact)
@@ -299,7 +190,8 @@ def _check_and_write(result: CollectionResult, artifact: Artifact, final_path: P
     return CollectionRun(result, artifact, report, path)
 
 
-def _rescue(artifact: Artifact, final_path: Path, exc: OSError, checkpoint: Checkpoint) -> Path:
+def _rescue(artifact: Artifact, final_path: Path, exc: OSError,
+            checkpoint: PartialArtifact) -> Path:
     """The final write failed (a full disk): keep every measured point somewhere, and say
     where and how many. A checkpoint that already holds them all is where they are. A stale
     one (the disk filled after it was written: it holds fewer) is removed, which frees its
@@ -342,7 +234,7 @@ def _rescue(artifact: Artifact, final_path: Path, exc: OSError, checkpoint: Chec
         "instead)", artifact, kept) from exc
 
 
-def _leave_partial(checkpoint: Checkpoint, exc: BaseException, notify) -> None:
+def _leave_partial(checkpoint: PartialArtifact, exc: BaseException, notify) -> None:
     """Rewrite the checkpoint with the cause and say where it is, in one line (also as a
     note on the exception, so that a traceback names it too)."""
     cause = describe_failure(exc)

@@ -71,6 +71,15 @@ class EngineChoices:
 
 
 @dataclass(frozen=True)
+class CompareChoice:
+    """--sdbench-compare BASELINE and its companions (pytest only): the gate at session
+    finish (plugin.compare_gate), read once with the other options."""
+    baseline: str               # as the user gave it (relative to where pytest was invoked)
+    fail_above_pct: float       # --sdbench-compare-fail-above (default 0: its noise alone)
+    fail: bool                  # --sdbench-compare-fail: a failed gate fails the session
+
+
+@dataclass(frozen=True)
 class Inputs:
     """The user's choices for one run, read and checked once (read_inputs, at pytest's
     configure or at the start of `sdbench collect`) and handed down as they are: nothing
@@ -83,6 +92,7 @@ class Inputs:
     out_dir: Path | None             # None: the caller's default folder
     plots: bool
     cli: bool                        # how the options are spelled, for messages
+    compare: CompareChoice | None = None   # pytest's --sdbench-compare gate
 
 
 def read_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> Inputs:
@@ -131,7 +141,23 @@ def read_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> I
     return Inputs(mode=values.get("mode") or MODE_AGG, depths=depths,
                   engine=engine_choices(values), repeats=plan, grid=grid,
                   out_dir=None if out_dir is None else Path(out_dir),
-                  plots=bool(values.get("plots")), cli=cli)
+                  plots=bool(values.get("plots")), cli=cli,
+                  compare=compare_choice(values, opt))
+
+
+def compare_choice(values: dict, opt) -> CompareChoice | None:
+    """--sdbench-compare and its companions; a companion without it is refused."""
+    baseline = values.get("compare")
+    if baseline is None:
+        given = {"compare-fail": bool(values.get("compare_fail")),
+                 "compare-fail-above": values.get("compare_fail_above") is not None}
+        for name, used in given.items():
+            if used:
+                raise InputError(f"{opt(name)}: takes {opt('compare')} BASELINE (the "
+                                 "artifact to judge the run against)")
+        return None
+    return CompareChoice(baseline, values.get("compare_fail_above") or 0.0,
+                         bool(values.get("compare_fail")))
 
 
 def engine_choices(values: dict) -> EngineChoices:

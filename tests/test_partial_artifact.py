@@ -1,5 +1,5 @@
-"""How often a running collection's checkpoint is written (session.Checkpoint.on_point):
-every CHECKPOINT_SECONDS, later where a write takes longer than CHECKPOINT_SHARE of the
+"""How often a running collection's partial artifact is written (PartialArtifact.on_point):
+every PARTIAL_WRITE_SECONDS, later where a write takes longer than PARTIAL_WRITE_SHARE of the
 time, and at every round's end. Pure logic: a fake clock, and a write that only takes time."""
 
 import itertools
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench.run import collect as session
-from pytest_sdbench.run.collect import CHECKPOINT_SECONDS, CHECKPOINT_SHARE, Checkpoint
+from pytest_sdbench.run import partial
+from pytest_sdbench.run.partial import PARTIAL_WRITE_SECONDS, PARTIAL_WRITE_SHARE, PartialArtifact
 
 
 class _Clock:
@@ -23,12 +23,12 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = _Clock()
-    monkeypatch.setattr(session.time, "monotonic", fake)
+    monkeypatch.setattr(partial.time, "monotonic", fake)
     return fake
 
 
-def _checkpoint(clock, write_seconds: float) -> tuple[Checkpoint, list[float]]:
-    checkpoint = Checkpoint(None, Path("."), "name", "run", None, None, print)  # type: ignore[arg-type]
+def _checkpoint(clock, write_seconds: float) -> tuple[PartialArtifact, list[float]]:
+    checkpoint = PartialArtifact(None, Path("."), "name", "run", None, None, print)  # type: ignore[arg-type]
     written: list[float] = []
 
     def write(cause):   # a write that takes write_seconds
@@ -53,16 +53,16 @@ def test_a_quick_write_comes_every_checkpoint_seconds(clock):
     _points_every(checkpoint, clock, 0.5, clock.now + 35)
     gaps = [b - a for a, b in itertools.pairwise(written)]
     assert len(written) == 4, written
-    assert all(CHECKPOINT_SECONDS <= g <= CHECKPOINT_SECONDS + 0.6 for g in gaps), gaps
+    assert all(PARTIAL_WRITE_SECONDS <= g <= PARTIAL_WRITE_SECONDS + 0.6 for g in gaps), gaps
 
 
 def test_a_slow_write_keeps_to_its_share_of_the_time(clock):
     cost = 3.0   # a large artifact: the next write waits cost / share = 60 s after it ends
     checkpoint, written = _checkpoint(clock, write_seconds=cost)
-    _points_every(checkpoint, clock, 0.5, clock.now + 3 * (cost + cost / CHECKPOINT_SHARE))
+    _points_every(checkpoint, clock, 0.5, clock.now + 3 * (cost + cost / PARTIAL_WRITE_SHARE))
     gaps = [b - a for a, b in itertools.pairwise(written)]
     assert len(written) >= 3, written
-    assert all(cost + cost / CHECKPOINT_SHARE <= g <= cost + cost / CHECKPOINT_SHARE + 0.6
+    assert all(cost + cost / PARTIAL_WRITE_SHARE <= g <= cost + cost / PARTIAL_WRITE_SHARE + 0.6
                for g in gaps), gaps
 
 
