@@ -72,6 +72,11 @@ REFUSALS = {
                             "sdbench collect: --engine-config: max_num_seqs=-4 is refused by "
                             "vLLM {vllm}'s SchedulerConfig.max_num_seqs: Input should be "
                             "greater than or equal to 1"),
+    # refused only by vLLM's whole config (ModelConfig), not by the field's own validator
+    "engine-arg-across-fields": (lambda tmp: ["--engine-arg", "max_model_len=0"],
+                                 "sdbench collect: --engine-arg: max_model_len=0 is refused by "
+                                 "vLLM {vllm}'s ModelConfig: max_model_len must be a positive "
+                                 "integer, got int: 0. Example: max_model_len=2048"),
     "repeats": (lambda tmp: ["--repeats", "-1"],
                 "sdbench collect: error: argument --repeats: must be >= 1, got -1"),
     "k": (lambda tmp: ["--k", "0"],

@@ -37,7 +37,7 @@ def main(args) -> int:
     from ..engine.host import registry_dir
     from ..run.inputs import check_vllm_installed, read_inputs
     from ..run.options import InputError
-    from ..run.service import CollectionService
+    from ..run.service import CollectionService, EngineNotStarted
     note = k_window_note(args.k, cli=True)
     if note:
         err(f"sdbench collect: note: {note}")
@@ -49,7 +49,9 @@ def main(args) -> int:
         assert inputs.out_dir is not None
         service = CollectionService(inputs, inputs.out_dir, say=err)
         specs = [service.spec(k) for k in inputs.depths]
-    except (InputError, ValueError) as exc:
+        for spec in specs:   # vLLM's config across fields, before any engine starts
+            service.check_engine_config(spec)
+    except (InputError, ValueError, EngineNotStarted) as exc:
         err(f"sdbench collect: {exc}")
         return EXIT_UNUSABLE
     runs, worst = [], EXIT_OK

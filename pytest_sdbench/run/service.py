@@ -37,6 +37,7 @@ class CollectionService:
                  say: Say | None = None):
         self.inputs, self.worker, self.say = inputs, worker, say
         self.out_dir = out_dir or inputs.out_dir   # None: each call names its folder
+        self._checked: set[int] = set()   # the specs whose engine config vLLM accepted
 
     def _folder(self, out_dir: Path | None) -> Path:
         folder = out_dir or self.out_dir
@@ -47,6 +48,27 @@ class CollectionService:
     def spec(self, draft_depth: int) -> EngineSpec:
         """The engine spec of one K (ValueError names what the spec refuses)."""
         return self.inputs.engine.spec(draft_depth)
+
+    def check_engine_config(self, spec: EngineSpec) -> None:
+        """vLLM's own config classes on the arguments the engine would start with
+        (engine.config_check): EngineNotStarted (unusable) naming the argument, its value
+        and vLLM's reason, before any engine starts."""
+        from ..engine.config_check import engine_config_refusal
+        from .model_pair import vllm_version
+        from .options import spelled
+        if id(spec) in self._checked:
+            return
+        refused = engine_config_refusal(spec)
+        if refused is None:
+            self._checked.add(id(spec))
+            return
+        given = spec.user_engine_args
+        what = (f"{spelled('engine-arg', self.inputs.cli)}: {refused.name}={refused.value!r}"
+                if refused.name in given else
+                f"the engine argument {refused.name}={refused.value!r}" if refused.name else
+                "the engine's arguments")
+        raise EngineNotStarted(f"{what} is refused by vLLM {vllm_version()}'s "
+                               f"{refused.config}: {refused.reason}", unusable=True)
 
     def start(self, spec: EngineSpec) -> Engine:
         """The started engine of `spec`; EngineNotStarted in one line otherwise (vLLM
@@ -63,7 +85,10 @@ class CollectionService:
         except ForeignFolder as exc:
             raise EngineNotStarted(f"sdbench: {exc}", unusable=True) from None
         try:
+            self.check_engine_config(spec)
             return start_engine(spec)
+        except EngineNotStarted:
+            raise
         except ImportError as exc:
             raise EngineNotStarted(f"vLLM cannot be imported here ({describe_failure(exc)})",
                                    unusable=True) from exc
