@@ -246,8 +246,8 @@ def test_a_misspelt_engine_argument_is_refused_with_the_name_it_resembles():
 def test_the_benchmark_checks_its_options_before_an_engine_starts(monkeypatch, capsys):
     """The benchmark takes the collect options, and checks them as `sdbench collect` does."""
     from benchmarks.sdbench_bench.__main__ import main as bench_main
-    from pytest_sdbench.run import inputs
-    monkeypatch.setattr(inputs, "cuda_available", lambda: False)
+    from pytest_sdbench.engine import choices
+    monkeypatch.setattr(choices, "cuda_available", lambda: False)
     with pytest.raises(SystemExit) as exited:
         bench_main(["overhead", "--preset", "tiny", "--cuda-graphs"])
     assert exited.value.code == 2

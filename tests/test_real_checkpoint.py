@@ -164,7 +164,7 @@ def test_the_pytest_options_refuse_the_same_pairs(tmp_path, real_checkpoints):
 def test_a_dummy_load_needs_no_weights(tmp_path, real_checkpoints, monkeypatch):
     """load_format=dummy (an engine argument, or the engine-config file's) reads no file:
     a config-only folder passes the weight check."""
-    from pytest_sdbench.run import model_pair as checkpoints
+    from pytest_sdbench.engine import model_pair as checkpoints
     monkeypatch.setattr(checkpoints, "vllm_architectures", lambda: None)
     target, draft = real_checkpoints
     empty = _copy(target.path, tmp_path / "config-only", weights=False)

@@ -38,7 +38,7 @@ class Version(argparse.Action):
         import importlib.util
 
         from .. import __version__
-        from ..run.model_pair import vllm_version
+        from ..engine.model_pair import vllm_version
         vllm = vllm_version() if importlib.util.find_spec("vllm") else "not installed"
         print(f"pytest-sdbench {__version__}; vLLM {vllm}")
         parser.exit(0)

@@ -25,6 +25,11 @@ from .vram import cuda_available
 STALL_ENV, DEFAULT_STALL_SECONDS = "SDBENCH_STALL_SECONDS", 120.0
 
 
+class ChoiceError(ValueError):
+    """A choice of the user's that no engine could run, found before one starts; one line,
+    naming the option as the user spells it and the value."""
+
+
 def parse_stall_seconds(text: str) -> float:
     """A stall bound: a number of seconds > 0. ValueError says why (the caller names it)."""
     try:

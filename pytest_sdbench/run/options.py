@@ -303,20 +303,30 @@ def k_window_note(depths: tuple[int, ...], cli: bool) -> str | None:
 
 def repeat_plan(values: dict, cli: bool) -> RepeatPlan:
     """The repeat policy from the options (by dest); InputError names the option."""
-    until = values.get("until_pinned")
-    if until is None and values.get("max_rounds") not in (None, DEFAULT_MAX_ROUNDS):
+    values = with_defaults(values)
+    until = values["until_pinned"]
+    if until is None and values["max_rounds"] != DEFAULT_MAX_ROUNDS:
         raise InputError(f"{spelled('max-rounds', cli)}: takes {spelled('until-pinned', cli)} "
                          "(the cap of rounds for points that are not pinned yet)")
     try:
         return RepeatPlan(
-            repeats=values.get("repeats") or DEFAULT_REPEATS,
-            order=values.get("repeat_order") or REPEAT_ROUNDS,
-            seed=values.get("order_seed") or DEFAULT_ORDER_SEED,
+            repeats=values["repeats"], order=values["repeat_order"], seed=values["order_seed"],
             until_pinned=None if until is None else UntilPinned(
                 max_half_width=until, confidence=PINNED_CONFIDENCE,
-                max_rounds=values.get("max_rounds") or DEFAULT_MAX_ROUNDS))
+                max_rounds=values["max_rounds"]))
     except PlanError as exc:   # its field is an option's name
         raise InputError(f"{spelled(exc.field.replace('_', '-'), cli)}: {exc.why}") from None
+
+
+def with_defaults(values: dict) -> dict:
+    """The options' values with every option the caller left out at the table's default
+    (one home for the defaults: OPTIONS)."""
+    filled = {option.dest: option.default for option in OPTIONS}
+    filled.update({name: value for name, value in values.items() if value is not None})
+    for option in OPTIONS:   # an appended option given no value stays an empty list
+        if option.action == "append" and filled[option.dest] is None:
+            filled[option.dest] = []
+    return filled
 
 
 def user_engine_args(values: dict) -> dict[str, Any]:

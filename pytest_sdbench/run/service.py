@@ -54,7 +54,7 @@ class CollectionService:
         (engine.config_check): EngineNotStarted (unusable) naming the argument, its value
         and vLLM's reason, before any engine starts."""
         from ..engine.config_check import engine_config_refusal
-        from .model_pair import vllm_version
+        from ..engine.model_pair import vllm_version
         from .options import spelled
         if id(spec) in self._checked:
             return

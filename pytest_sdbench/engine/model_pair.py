@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..engine.model_files import (
+from .model_files import (
     DEFAULT_LOAD_FORMAT,
     DRAFT_TO_TARGET,
     misnamed_snapshot,
@@ -24,7 +24,7 @@ from ..engine.model_files import (
     snapshot_commit,
     weight_files,
 )
-from .options import InputError
+from .spec import ChoiceError
 
 Spell = Callable[[str], str]   # option name -> as the user spells it (--model, --sdbench-model)
 
@@ -51,15 +51,15 @@ def check_checkpoints(model: str, draft: str, opt: Spell, load_format: str | Non
 def _config(path: str, name: str, opt: Spell) -> dict:
     config = Path(path) / "config.json"
     if not config.is_file():
-        raise InputError(f"{opt(name)}: {path!r} is not a checkpoint directory with a "
+        raise ChoiceError(f"{opt(name)}: {path!r} is not a checkpoint directory with a "
                          "config.json")
     try:
         data = read_config(path)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{opt(name)}: {config} cannot be read as JSON ({exc})") from None
+        raise ChoiceError(f"{opt(name)}: {config} cannot be read as JSON ({exc})") from None
     found = data.get("architectures")
     if not (isinstance(found, list) and found and all(isinstance(a, str) for a in found)):
-        raise InputError(f"{opt(name)}: {config} names no architectures (got {found!r})")
+        raise ChoiceError(f"{opt(name)}: {config} names no architectures (got {found!r})")
     return data
 
 
@@ -68,13 +68,13 @@ def _check_snapshot(path: str, name: str, revision: str | None, opt: Spell) -> N
     the revision from that name); a revision the user gives must be that commit."""
     misnamed = misnamed_snapshot(path)
     if misnamed is not None:
-        raise InputError(f"{opt(name)}: {path!r} sits in a Hugging Face cache's snapshots/ "
+        raise ChoiceError(f"{opt(name)}: {path!r} sits in a Hugging Face cache's snapshots/ "
                          f"folder, but its name {misnamed!r} is not a 40-hex commit: give "
                          "the folder snapshots/<commit>/ (the cache's refs/ name it)")
     commit = snapshot_commit(path)
     which = "target-revision" if name == "model" else "draft-revision"
     if revision is not None and commit is not None and revision != commit:
-        raise InputError(f"{opt(which)}: {revision!r} contradicts the commit {commit} of "
+        raise ChoiceError(f"{opt(which)}: {revision!r} contradicts the commit {commit} of "
                          f"the cache snapshot {opt(name)} {path}")
 
 
@@ -97,12 +97,12 @@ def check_fit(model: str, target: dict, draft: str, head: dict, opt: Spell) -> N
               "the draft proposes the target's token ids"))
     for key, mine, their_key, theirs, why in pairs:
         if mine is not None and theirs is not None and mine != theirs:
-            raise InputError(f"{opt('draft')}: {key}={mine!r} in {draft}/config.json does not "
+            raise ChoiceError(f"{opt('draft')}: {key}={mine!r} in {draft}/config.json does not "
                              f"fit the target's {their_key}={theirs!r} ({opt('model')} "
                              f"{model}): {why}")
     vocab, small = text.get("vocab_size"), head.get("draft_vocab_size")
     if isinstance(vocab, int) and isinstance(small, int) and not 0 < small <= vocab:
-        raise InputError(f"{opt('draft')}: draft_vocab_size={small!r} in {draft}/config.json "
+        raise ChoiceError(f"{opt('draft')}: draft_vocab_size={small!r} in {draft}/config.json "
                          f"does not fit the target's vocab_size={vocab} ({opt('model')} "
                          f"{model}): a draft vocabulary is a part of the target's")
 
@@ -114,7 +114,7 @@ def _check_weights(path: str, name: str, load_format: str, opt: Spell) -> list[P
     if files is None:
         return []
     if not files:
-        raise InputError(f"{opt(name)}: {path!r} holds no weights (*.safetensors, *.bin or "
+        raise ChoiceError(f"{opt(name)}: {path!r} holds no weights (*.safetensors, *.bin or "
                          f"*.pt) for load_format {load_format!r}; give the checkpoint folder "
                          f"with its weights, or {opt('engine-arg')} load_format=dummy for "
                          "random ones")
@@ -132,17 +132,17 @@ def _check_draft_mapping(draft: str, configs: dict[str, dict], files: list[Path]
     try:
         shapes = safetensors_shapes(files)
     except (OSError, ValueError) as exc:
-        raise InputError(f"{opt('draft')}: {exc}") from None
+        raise ChoiceError(f"{opt('draft')}: {exc}") from None
     if not shapes:
         return   # no safetensors: nothing read here
     found = shapes.get(DRAFT_TO_TARGET)
     if found is None:
-        raise InputError(f"{opt('draft')}: draft_vocab_size={small} in {draft}/config.json is "
+        raise ChoiceError(f"{opt('draft')}: draft_vocab_size={small} in {draft}/config.json is "
                          f"smaller than the target's vocab_size={vocab}, but its weights hold "
                          f"no {DRAFT_TO_TARGET} tensor mapping draft ids to target ids (vLLM "
                          f"would propose target id d for draft id d)")
     if found != (small,):
-        raise InputError(f"{opt('draft')}: {DRAFT_TO_TARGET} has shape {list(found)} in "
+        raise ChoiceError(f"{opt('draft')}: {DRAFT_TO_TARGET} has shape {list(found)} in "
                          f"{draft}, but draft_vocab_size={small} in its config.json")
 
 
@@ -155,7 +155,7 @@ def _check_registry(model: str, target: dict, draft: str, head: dict, opt: Spell
         return  # no vLLM here: inputs.check_vllm_installed says so where an engine is needed
     bad = [a for a in target["architectures"] if a not in supported]
     if bad:
-        raise InputError(f"{opt('model')}: architecture {bad[0]!r} in {model}/config.json is "
+        raise ChoiceError(f"{opt('model')}: architecture {bad[0]!r} in {model}/config.json is "
                          f"not one vLLM {vllm_version()} supports")
     drafts = [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}"
               for a in head["architectures"]]
@@ -163,7 +163,7 @@ def _check_registry(model: str, target: dict, draft: str, head: dict, opt: Spell
                  if d not in supported]
     if bad_draft:
         given, loaded = bad_draft[0]
-        raise InputError(f"{opt('draft')}: architecture {given!r} in {draft}/config.json "
+        raise ChoiceError(f"{opt('draft')}: architecture {given!r} in {draft}/config.json "
                          f"is not an EAGLE3 draft vLLM {vllm_version()} supports (as EAGLE3 "
                          f"it loads as {loaded!r}, which vLLM does not register)")
 
