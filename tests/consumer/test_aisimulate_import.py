@@ -524,6 +524,8 @@ def test_one_phase_h200_artifact_is_refused_and_its_envelopes_import(artifact_pa
                          _exports(_agg(_h200(4)), "schema v4 H200 agg artifact"))
 def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, graph_modes,
                                           tmp_path):
+    """Every legacy v4 H200 agg artifact (the legacy production profiles, decode at the
+    first decode step, among them) exported and imported exactly."""
     root, manifest, text = export_h200(artifact_path, tmp_path, acceptance_length, graph_modes)
     print(text)
     if acceptance_length is not None:
@@ -540,6 +542,9 @@ def test_v4_h200_artifact_imports_exactly(artifact_path, acceptance_length, grap
 
 
 def _first_h200() -> tuple[Path, float | None, dict[str, str]]:
+    """The first legacy v4 H200 agg artifact (a legacy production profile: decode at the
+    first decode step, `steady_step`), or the first v3 one: the export's mapping, not its
+    figures, is what the tests on it check."""
     path = (_agg(_h200(4)) or _agg(_h200(3)))[0]
     sweep = acceptance_sweep(path)
     acceptance_length = sweep[len(sweep) // 2]
@@ -548,8 +553,8 @@ def _first_h200() -> tuple[Path, float | None, dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def _exported_once(tmp_path_factory) -> tuple[Path, Path]:
-    """The first H200 artifact exported once for the module (about 4 s an export): its root
-    and a pristine copy of it."""
+    """The first H200 artifact (legacy v4, `_first_h200`) exported once for the module (about
+    4 s an export): its root and a pristine copy of it."""
     path, acceptance_length, graph_modes = _first_h200()
     root, manifest, _ = export_h200(path, tmp_path_factory.mktemp("exported"),
                                     acceptance_length, graph_modes)

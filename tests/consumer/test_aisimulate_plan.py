@@ -5,6 +5,9 @@
   own hash, without the test building a plan; its repeatability freeze takes the campaign and
   says why its own assessment cannot qualify it;
 - its onboarding entry points, run as a user runs them, on an export;
+- on a legacy production profile (schema v4: decode retained the first decode step,
+  `steady_step`; docs/reference.md), what an export of it gives the consumer's readers, its
+  predict and its onboarding: the exporter's mapping, not the profile's figures;
 - `aisimulate predict` (direct interpolation, fallback denied) on every case of concurrency
   1, 4, 16, 64 x ISL/OSL 128/128, 2048/128, 8192/512: on a table at the coordinates of the
   grid `--grid aisimulate` collects (constructed latencies: coverage, not timing), and on the
@@ -56,19 +59,25 @@ from .test_aisimulate_import import REVISIONS, ROOT, SYSTEM, rewrite_table, sdbe
 
 PACKAGED_SYSTEMS = Path(aisimulate_core.__file__).parent / "systems"
 AISIMULATE = Path(sys.executable).with_name("aisimulate")
-PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.xz"
-PRODUCTION_START_2 = ROOT / "docs/evidence/h200/production/sdbench-agg-3bb1fd58da6e.json.xz"
+# The legacy production profiles (schema v4, decode at the first decode step, `steady_step`):
+# inputs of the export's mapping here, not profiles to plan with (AISIMULATE_PROFILES is).
+LEGACY_PRODUCTION = ROOT / "docs/evidence/h200/production/sdbench-agg-36506276d78b.json.xz"
+LEGACY_PRODUCTION_START_2 = (ROOT / "docs/evidence/h200/production/"
+                             "sdbench-agg-3bb1fd58da6e.json.xz")
 # The H200 profile for planning: qwen3-0.6b as served, K=3, collected with --grid aisimulate
 # (docs/export.md says how). Every agg artifact here is one engine start of one collection.
 AISIMULATE_PROFILES = ROOT / "docs/evidence/h200/aisimulate"
 CASES = [(isl, osl, c) for isl, osl in ((128, 128), (2048, 128), (8192, 512))
          for c in (1, 4, 16, 64)]
-# vLLM 0.26's default capture sizes for max_num_seqs 64 at K=3 (the production artifacts').
+# vLLM 0.26's default capture sizes for max_num_seqs 64 at K=3 (the legacy production
+# artifacts').
 CAPTURES = (1, 2, 4, *range(8, 257, 8), *range(272, 513, 16))
 
 
-def export_production(out: Path, *extra: str) -> tuple[Path, dict]:
-    code, text = sdbench_export([PRODUCTION], out, "--system", SYSTEM, *REVISIONS,
+def export_legacy_production(out: Path, *extra: str) -> tuple[Path, dict]:
+    """The legacy production profile (schema v4, `steady_step`) exported: its root and
+    manifest."""
+    code, text = sdbench_export([LEGACY_PRODUCTION], out, "--system", SYSTEM, *REVISIONS,
                                 "--acceptance-length", "2.78", "--graph-mode", "prefill=eager",
                                 *extra)
     assert code == 0, text
@@ -102,8 +111,9 @@ def test_prefill_plan_is_the_consumers(budget, seqs, policy):
 def test_build_collection_plan_plans_the_native_axis_we_collect(tmp_path, monkeypatch):
     """Its planner itself (build_collection_plan, no profile: it refuses a speculative one)
     for the production engine's limits: the prefill sampling it freezes is ours, and
-    --grid aisimulate-native collects its new-token totals."""
-    root, _ = export_production(tmp_path)
+    --grid aisimulate-native collects its new-token totals. The legacy production profile's
+    export gives only the model folder."""
+    root, _ = export_legacy_production(tmp_path)
     monkeypatch.setenv("FPM_COLLECTOR_SOURCE_REVISION", "pytest-sdbench consumer test")
     options = FPMCollectionOptions(
         max_gpus=1, gpu_counts=(1,), parallel_presets=("tp",), parallel_axes=(),
@@ -126,11 +136,13 @@ def test_build_collection_plan_plans_the_native_axis_we_collect(tmp_path, monkey
 
 # --- an export's plan, under its readers -------------------------------------------------------
 
-def test_export_plan_passes_the_consumers_readers(tmp_path):
+def test_legacy_export_plan_passes_the_consumers_readers(tmp_path):
     """No plan is built here: the export's collection-plan.json is read as the consumer reads
     a campaign (its hash, an exact rebuild), and the envelopes, receipts, table and
-    checkpoint are checked against it."""
-    root, manifest = export_production(tmp_path, "--repeats-from", str(PRODUCTION_START_2))
+    checkpoint are checked against it. On the legacy production profile (schema v4, its
+    second engine start as repeats)."""
+    root, manifest = export_legacy_production(tmp_path, "--repeats-from",
+                                              str(LEGACY_PRODUCTION_START_2))
     campaign, checkpoint_path = root / "campaign", root / "checkpoint" / "fpm_forward.json"
     plan = load_repeatability_source(campaign)
     assert plan.sha256 == manifest["plan_sha256"]
@@ -151,7 +163,7 @@ def test_export_plan_passes_the_consumers_readers(tmp_path):
     print(f"validate_formal_database_commit: {committed['row_count']} rows, cells "
           f"{sorted(committed['cell_rows'])}")
     # Facts from the artifact: the resolved attention backend, one sample per row.
-    artifact = read_json(PRODUCTION)
+    artifact = read_json(LEGACY_PRODUCTION)
     rows = pq.read_table(root / table["parquet"]).to_pylist()
     assert {r["attention_backend"] for r in rows} == {
         artifact["identity"]["attention_backend"]["value"]}
@@ -172,15 +184,17 @@ def test_export_plan_passes_the_consumers_readers(tmp_path):
     assert repeats["status"] == "incomplete"   # 2 independent samples of the 5 it needs
 
 
-def test_nextn_accepted_outside_the_rows_is_refused(tmp_path):
-    root, manifest = export_production(tmp_path / "ok")
+def test_nextn_accepted_outside_the_legacy_rows_is_refused(tmp_path):
+    """On the legacy production profile's export (schema v4): a --nextn-accepted outside
+    the acceptance its decode rows were measured at is refused."""
+    root, manifest = export_legacy_production(tmp_path / "ok")
     acceptance = manifest["acceptance"]
     config = json.loads((root / PREDICT_FILE).read_text())
     assert config["engine"]["nextn_accepted"] == acceptance["nextn_accepted"] == round(
         acceptance["rows_run_acceptance_length"]["mean"] - 1, 4)
-    code, text = sdbench_export([PRODUCTION], tmp_path / "bad", "--system", SYSTEM, *REVISIONS,
-                                "--acceptance-length", "2.78", "--graph-mode", "prefill=eager",
-                                "--nextn-accepted", "0.2")
+    code, text = sdbench_export([LEGACY_PRODUCTION], tmp_path / "bad", "--system", SYSTEM,
+                                *REVISIONS, "--acceptance-length", "2.78",
+                                "--graph-mode", "prefill=eager", "--nextn-accepted", "0.2")
     assert code == 1, text
     assert "--nextn-accepted 0.2: the decode rows were measured at acceptance lengths" in text
     print(text)
@@ -257,23 +271,25 @@ def predict_as_exported(root: Path) -> dict:
     return summary.get("summary", summary)
 
 
-def test_predict_runs_on_the_export_as_it_is_written(tmp_path):
-    """`sdbench export`, then `aisimulate predict -c predict.json`: no command in between."""
-    root, manifest = export_production(tmp_path)
+def test_predict_runs_on_the_legacy_export_as_it_is_written(tmp_path):
+    """`sdbench export`, then `aisimulate predict -c predict.json`: no command in between
+    (the legacy production profile, schema v4: the export as written, not its figures)."""
+    root, manifest = export_legacy_production(tmp_path)
     assert manifest["table"]["system_file"]["source"].startswith(f"aisimulate {CONSUMER_VERSION}")
     summary = predict_as_exported(root)
-    print(f"predict -c predict.json on the production export: median TTFT "
+    print(f"predict -c predict.json on the legacy production export: median TTFT "
           f"{summary['median_ttft_ms']:.3f} ms, median TPOT {summary['median_tpot_ms']:.3f} ms")
     assert summary["median_ttft_ms"] > 0
 
 
-def test_onboarding_entry_points_on_an_export(tmp_path):
-    """`aisimulate onboard plan | validate-collection | finalize` on an export. In this
+def test_onboarding_entry_points_on_a_legacy_export(tmp_path):
+    """`aisimulate onboard plan | validate-collection | finalize` on an export (of the
+    legacy production profile, schema v4). In this
     consumer, onboarding has no speculative path: its plan step renders predict configs
     without nextn and refuses the speculative profile, and validate-collection and finalize
     first verify that plan. Asserted as it stands, so that a consumer that gains the path
     fails this test and the export is taken through it."""
-    root, manifest = export_production(tmp_path)
+    root, manifest = export_legacy_production(tmp_path)
     request = onboarding_request(root, manifest)
     plan = aisimulate("onboard", "plan", "-c", str(request), "--output-dir",
                       str(tmp_path / "onboarding"))
@@ -365,8 +381,9 @@ def test_every_predict_query_lands_on_the_grid(tmp_path, chunked):
     request of 8192 + 512 fits. Every case runs with chunked prefill off; with it on, the
     8192/512 case at concurrency 4 asks for a prefill step of fewer than a block + 1 new
     tokens per request behind a computed prefix (a chunk's remainder), which no cached-prefix
-    point can be (with EAGLE vLLM recomputes the last matched block)."""
-    root, manifest = export_production(tmp_path)
+    point can be (with EAGLE vLLM recomputes the last matched block). The legacy production
+    profile's export is the template: its rows are replaced."""
+    root, manifest = export_legacy_production(tmp_path)
     limits = EngineLimits(3, 16, 64, 16384, 9216, 71560 * 16, CAPTURES, True)
     grid_table(root, manifest, limits)   # the export's systems/ already holds the YAML
     config = json.loads((root / PREDICT_FILE).read_text())

@@ -1,9 +1,11 @@
 """The consumer's side of `sdbench fidelity`, run by AISimulate's own code in its own
-environment (scripts/consumer-test.sh): a constructed serving run on a committed H200 profile
-(steps at its measured points and beside them), priced by the consumer's loader over the
-table `sdbench export --to aisimulate` writes, and its workload predicted end to end by
-`aisimulate predict`. A CPU profile's export is refused (host timing), so the consumer's side
-of a CPU fidelity run is absent, and says why; the H200 profile stands in for the GPU run."""
+environment (scripts/consumer-test.sh): a constructed serving run on a committed H200 profile,
+the legacy production profile (schema v4, decode at the first decode step, `steady_step`:
+docs/reference.md; steps at its measured points and beside them), priced by the consumer's
+loader over the table `sdbench export --to aisimulate` writes, and its workload predicted end
+to end by `aisimulate predict`. A CPU profile's export is refused (host timing), so the
+consumer's side of a CPU fidelity run is absent, and says why; the H200 profile stands in for
+the GPU run."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from pytest_sdbench.fidelity.run import report
 from ..fidelity_runs import constructed_run
 from ..forge import BASES
 
-H200 = BASES["h200-production-v4"]
+# the legacy production profile (schema v4, steady_step): the mapping, not its figures
+H200_LEGACY = BASES["h200-production-v4"]
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu-agg-v4.json"
 # `aisimulate predict` needs more of the consumer's dependencies than its import does
 # (requirements/consumer.txt lists them).
@@ -30,16 +33,19 @@ PREDICT_DEPENDENCIES = ("psutil", "ijson", "tqdm", "prettytable")
 
 
 @pytest.fixture(scope="module")
-def h200_report(tmp_path_factory):
+def legacy_h200_report(tmp_path_factory):
+    """The fidelity report of a constructed run on the legacy production profile."""
     # 2 requests a second: the consumer's simulated engine never batches two prefills, whose
     # batch 2 the profile lacks (at 4 a second it does, and `aisimulate predict` refuses)
-    folder = constructed_run(H200, tmp_path_factory.mktemp("fidelity") / "h200-fidelity",
+    folder = constructed_run(H200_LEGACY, tmp_path_factory.mktemp("fidelity") / "h200-fidelity",
                              rate=2.0)
     return report(folder, python=sys.executable, plots=False, say=print)
 
 
-def test_the_consumer_prices_every_step_its_table_covers(h200_report):
-    figures, rows = h200_report.figures, h200_report.rows
+def test_the_consumer_prices_every_step_its_table_covers(legacy_h200_report):
+    """On the legacy production profile's export: the consumer's loader prices every step
+    its table covers."""
+    figures, rows = legacy_h200_report.figures, legacy_h200_report.rows
     consumer = figures["predictors"][CONSUMER]
     assert consumer["status"] == "run", consumer
     assert consumer["version"] == CONSUMER_VERSION
@@ -74,17 +80,20 @@ def test_the_consumer_prices_every_step_its_table_covers(h200_report):
 
 
 def profile_points_at_run_al() -> list:
+    """The legacy production profile's points at the run's acceptance length."""
     from pytest_sdbench.run.profile import read_profile
-    artifact = read_profile(H200)
+    artifact = read_profile(H200_LEGACY)
     al = artifact.speculative.synthetic_acceptance_length
     return [p for p in profile_points(artifact)
             if p.phase == "prefill" or p.acceptance_length == al]
 
 
-def test_aisimulate_predicts_the_workload_end_to_end(h200_report):
+def test_aisimulate_predicts_the_workload_end_to_end(legacy_h200_report):
+    """`aisimulate predict` on the legacy production profile's export runs the constructed
+    workload end to end."""
     missing = [m for m in PREDICT_DEPENDENCIES if importlib.util.find_spec(m) is None]
     assert not missing, f"`aisimulate predict` needs {missing} in the consumer's environment"
-    (run,) = h200_report.figures["runs"]
+    (run,) = legacy_h200_report.figures["runs"]
     e2e = run["end_to_end"]
     assert "predict_error" not in e2e, e2e.get("predict_error")
     predicted, measured = e2e["predicted"], e2e["measured"]
@@ -94,9 +103,9 @@ def test_aisimulate_predicts_the_workload_end_to_end(h200_report):
     assert set(e2e["relative_error"]) == {"ttft_median", "ttft_p90", "itl_median", "itl_p90",
                                           "e2e_median", "e2e_p90", "output_throughput_tok_s",
                                           "request_throughput_rps"}
-    (rate,) = h200_report.figures["rates"].values()
+    (rate,) = legacy_h200_report.figures["rates"].values()
     assert rate["predicted"]["ttft_median_ms"] == predicted["ttft"]["median_ms"]
-    folder = h200_report.folder / "consumer"
+    folder = legacy_h200_report.folder / "consumer"
     config = (folder / "run0-predict" / "predict.yaml").read_text()
     assert "nextn: 3" in config
     assert "nextn_accepted: 1.78" in config

@@ -1,9 +1,11 @@
 """The consumer's side of `sdbench fidelity PROFILE --served DIR`, run by AISimulate's own code
 in its own environment (scripts/consumer-test.sh): a served folder as `sdbench serve` leaves
 it (its manifest and a `vllm bench serve --save-detailed` result, constructed here) on the
-committed H200 production profile, the trace the run had predicted by `aisimulate predict`,
-and the report served beside predicted. A CPU profile's export is refused (host timing), so
-the H200 profile stands in for a GPU run."""
+committed H200 production profile (legacy: schema v4, decode at the first decode step,
+`steady_step`; docs/reference.md), the trace the run had predicted by `aisimulate predict`,
+and the report served beside predicted; and the H200 serving runs of issue 33 on a schema 6
+profile, re-read. A CPU profile's export is refused (host timing), so the H200 profile stands
+in for a GPU run."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from pytest_sdbench.run.profile import read_profile
 
 from ..forge import BASES, ROOT
 
-H200 = BASES["h200-production-v4"]
+# the legacy production profile (schema v4, steady_step): the mapping, not its figures
+H200_LEGACY = BASES["h200-production-v4"]
 
 
 def served_folder(folder, rate: float = 2.0, requests: int = 8):
@@ -49,16 +52,18 @@ def served_folder(folder, rate: float = 2.0, requests: int = 8):
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def legacy_report(tmp_path_factory):
+    """A constructed served folder compared with the legacy production profile."""
     root = tmp_path_factory.mktemp("served")
     served = served_folder(root / "served")
-    return compare(H200, read_profile(H200), served, root / "report", sys.executable,
-                   say=print)
+    return compare(H200_LEGACY, read_profile(H200_LEGACY), served, root / "report",
+                   sys.executable, say=print)
 
 
-def test_aisimulate_predicts_the_trace_the_served_run_had(report):
-    assert report["consumer"]["status"] == "run", report["consumer"]
-    (entry,) = report["rates"]
+def test_aisimulate_predicts_the_trace_the_served_run_had(legacy_report):
+    """On the legacy production profile: `aisimulate predict` runs the served trace."""
+    assert legacy_report["consumer"]["status"] == "run", legacy_report["consumer"]
+    (entry,) = legacy_report["rates"]
     assert "predict_error" not in entry, entry.get("predict_error")
     predicted, served = entry["predicted"], entry["served"]
     assert predicted["requests"] == served["requests"] == 8
@@ -68,7 +73,7 @@ def test_aisimulate_predicts_the_trace_the_served_run_had(report):
     # the step gap: the predicted TPOT x the profile's AL
     assert predicted["step_gap_median_ms"] == pytest.approx(
         predicted["tpot_median_ms"] * entry["acceptance_length"])
-    assert "predicted/served - 1" in markdown(report)
+    assert "predicted/served - 1" in markdown(legacy_report)
 
 
 # ---- the H200 serving runs of issue 33, re-read: the published verdict is pinned -----------
