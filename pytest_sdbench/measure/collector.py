@@ -1,8 +1,9 @@
 """Collection: every point of the grid is warmed up unbooked (warmup.ShapeWarmup), then
 measured booked in the schedule its repeat plan names (schedules.Rounds or BackToBack),
-each run by its phase's runner (prefill.PrefillRunner, decode.DecodeRunner), which retains
-the steps its measurement policy names (agg: prefill points before decode points in every
-pass, no measured batch mixing them).
+each run by its phase's runner (prefill.PrefillRunner, decode.DecodeRunner,
+mixed.MixedRunner), which retains the steps its measurement policy names (agg: prefill
+points, then decode points, then mixed points in every pass; a prefill and a decode point
+never share a measured batch, and a mixed point's step is one asked for as such).
 
 Decode points are seeded: an unbooked run computes the point's prompts (chunked over as
 many steps as the engine's token budget needs), so that the measured run of the same
@@ -29,15 +30,24 @@ from ..wire.contract import (
     BOOKING_MEASURED,
     GENERATION_SAMPLING,
     PHASE_DECODE,
+    PHASE_MIXED,
     PHASE_PREFILL,
     PHASES,
     PHASES_BY_MODE,
     REPEAT_ROUNDS,
 )
-from ..wire.model import Observation, PrefillObservation, SkippedPoint, utc_now
-from ..wire.points import DecodePoint, Grid, PrefillPoint, capture_sizes
+from ..wire.model import (
+    DecodeObservation,
+    MixedObservation,
+    Observation,
+    PrefillObservation,
+    SkippedPoint,
+    utc_now,
+)
+from ..wire.points import Grid, Point, capture_sizes
 from ..wire.rounds import ONE_ROUND, PointRef, RepeatPlan, Sample
 from .decode import DecodeRunner
+from .mixed import MixedRunner
 from .observer import NativeObserver
 from .phase import PhaseRunner
 from .prefill import PrefillRunner
@@ -80,9 +90,9 @@ class Collector:
             mode=mode, grid=grid, repeats=plan.repeats, repeat_order=plan.order,
             order_seed=plan.seed if self.rounds else None, until_pinned=plan.until_pinned,
             sampling=dict(GENERATION_SAMPLING), started_at=utc_now())
-        points: dict[PointRef, PrefillPoint | DecodePoint] = {
-            PointRef(PHASE_PREFILL, i): p for i, p in enumerate(grid.prefill)}
-        points.update({PointRef(PHASE_DECODE, i): p for i, p in enumerate(grid.decode)})
+        points: dict[PointRef, Point] = {PointRef(phase, i): p  # type: ignore[arg-type]
+                                          for phase in PHASES
+                                          for i, p in enumerate(getattr(grid, phase))}
         self._started = time.perf_counter()
         engine = self.engine
         self.clock = open_clock(engine.device)
@@ -95,7 +105,8 @@ class Collector:
                 engine.identity.settings.cudagraph_capture_sizes))
             self.runners: dict[str, PhaseRunner] = {
                 PHASE_PREFILL: PrefillRunner(self.runs),
-                PHASE_DECODE: DecodeRunner(self.runs, self.decode_tokens)}
+                PHASE_DECODE: DecodeRunner(self.runs, self.decode_tokens),
+                PHASE_MIXED: MixedRunner(self.runs, self.decode_tokens)}
             self.schedule().run(self, points)
             self.progress(self.done, self.total, "done")
         finally:
@@ -204,15 +215,20 @@ class Collector:
             self._on_point(result)
 
     def touching(self, order):
-        """The pass's points in order, the pool touched before its first decode point (a
-        pass runs its prefill points first: their fresh prompts evict the pool's blocks)."""
+        """The pass's points in order, the pool touched before its first decode or mixed
+        point (a pass runs its prefill points first: their fresh prompts evict the pool's
+        blocks)."""
         touched = False
         for ref in order:
-            if ref.phase == PHASE_DECODE and not touched:
+            if ref.phase != PHASE_PREFILL and not touched:
                 self.runs.touch_pool()
                 touched = True
             yield ref
 
 
+_PHASE_OF = {PrefillObservation: PHASE_PREFILL, DecodeObservation: PHASE_DECODE,
+             MixedObservation: PHASE_MIXED}
+
+
 def _phase_of(observation) -> str:
-    return PHASE_PREFILL if isinstance(observation, PrefillObservation) else PHASE_DECODE
+    return _PHASE_OF[type(observation)]

@@ -68,15 +68,16 @@ class PromptPool:
     @classmethod
     def fitting(cls, grid: Grid, block_size: int, cache_tokens: int,
                 fresh: Callable[[int], list[int]]) -> PromptPool | None:
-        """The pool the grid needs (the widest decode batch, the longest context or cached
-        prefix + a block), as many of its prompts as POOL_CACHE_SHARE of the cache holds
-        (the decode points wider than that seed prompts of their own); None where not one
-        prompt fits."""
+        """The pool the grid needs (the widest decode batch, a mixed point's among them, the
+        longest context or cached prefix + a block), as many of its prompts as
+        POOL_CACHE_SHARE of the cache holds (the decode points wider than that seed prompts
+        of their own); None where not one prompt fits."""
         prefixes = [p.cached_prefix_tokens + block_size for p in grid.prefill
                     if p.cached_prefix_tokens]
-        widest = max([d.batch_size for d in grid.decode] + ([1] if prefixes else []),
-                     default=0)
-        length = max([d.context_tokens for d in grid.decode] + prefixes, default=0)
+        batches = [(d.batch_size, d.context_tokens) for d in grid.decode] + \
+            [(m.decode_batch_size, m.context_tokens) for m in grid.mixed]
+        widest = max([b for b, _ in batches] + ([1] if prefixes else []), default=0)
+        length = max([c for _, c in batches] + prefixes, default=0)
         width = min(widest, int(POOL_CACHE_SHARE * cache_tokens) // length) if length else 0
         if width < 1:
             return None

@@ -10,13 +10,14 @@ from dataclasses import dataclass, field, replace
 from ..engine.surface import Engine
 from ..wire.contract import (
     DEFAULT_ORDER_SEED,
+    PHASES,
     REPEAT_ROUNDS,
     WARMUP_MIN_PASSES,
     WARMUP_TOLERANCE,
     RepeatOrder,
 )
-from ..wire.model import DecodeObservation, PrefillObservation, SkippedPoint
-from ..wire.points import DecodePoint, Grid, GridError, PrefillPoint, fit_errors
+from ..wire.model import DecodeObservation, MixedObservation, PrefillObservation, SkippedPoint
+from ..wire.points import Grid, GridError, Point, fit_errors
 from ..wire.rounds import CanarySample, PointRef, Round, UntilPinned
 from .prompt_pool import TimeBreakdown
 
@@ -40,6 +41,7 @@ class CollectionResult:
     until_pinned: UntilPinned | None = None
     prefill: list[PrefillObservation] = field(default_factory=list)
     decode: list[DecodeObservation] = field(default_factory=list)
+    mixed: list[MixedObservation] = field(default_factory=list)
     skipped: list[SkippedPoint] = field(default_factory=list)
     rounds: list[Round] = field(default_factory=list)   # the last one may be in progress
     sampling: dict = field(default_factory=dict)
@@ -52,8 +54,7 @@ class CollectionResult:
     @property
     def completed(self) -> int:
         """Points with retained observations."""
-        return len({o.point_index for o in self.prefill}) + \
-            len({o.point_index for o in self.decode})
+        return sum(len({o.point_index for o in getattr(self, phase)}) for phase in PHASES)
 
     def begin_round(self, index: int, order: tuple[PointRef, ...],
                     canary: CanarySample) -> int:
@@ -72,8 +73,9 @@ def check_grid_fits(grid: Grid, engine: Engine, decode_tokens: int | None = None
     requested AL must be the engine's."""
     errors = fit_errors(grid, engine.limits, decode_tokens)
     synthetic = engine.spec.synthetic_acceptance_length is not None
-    for i, d in enumerate(grid.decode):
-        where = f"decode[{i}]"
+    drafting = [(f"decode[{i}]", d) for i, d in enumerate(grid.decode)] + \
+        [(f"mixed[{i}]", m) for i, m in enumerate(grid.mixed)]
+    for where, d in drafting:
         if d.draft_depth != engine.spec.draft_depth:
             errors.append(f"{where}.draft_depth: the engine verifies K={engine.spec.draft_depth} "
                           f"drafts per step, got {d.draft_depth}")
@@ -110,9 +112,9 @@ def paused_gc(work):
 class PointState:
     """A point's prepared prompts and its samples so far, across rounds."""
     phase: str
-    point: PrefillPoint | DecodePoint
-    shared: list[int] = field(default_factory=list)      # prefill: the cached prefix
-    prompts: list[list[int]] = field(default_factory=list)  # decode: the seeded prompts
+    point: Point
+    shared: list[int] = field(default_factory=list)      # prefill, mixed: the cached prefix
+    prompts: list[list[int]] = field(default_factory=list)  # decode, mixed: the seeded batch
     pooled: bool = False   # its prompts or prefix are the pool's: seeded again on a miss only
     warmup: tuple[int, bool] = (0, False)
     seconds: list[float] = field(default_factory=list)

@@ -64,6 +64,31 @@ class EngineRuns:
         self.timed_seconds += sum(r.timing.seconds for r in window.records)
         return steps, outputs
 
+    def run_admitting(self, prompts, max_tokens: int, later, booking: Booking,
+                      admit_at: int):
+        """A run of `prompts` into which `later` (one output token each) is added once the
+        window has scheduled admit_at - 1 steps, so that the scheduler admits it in run step
+        admit_at; stopped once the output of the step that scheduled `later` has come
+        (its time and accepted drafts), the rest aborted, the engine drained to idle.
+        (the window's steps, the ids of `prompts`, the ids of `later`)"""
+        observer, missing = self.observer, None
+        ids: tuple[list[str], list[str]] = ([], [])
+        try:
+            with observer.window(booking) as window, \
+                    self.breakdown.section(f"run {booking}"):
+                ids = self.engine.generate_admitting(
+                    prompts, sampling_params(max_tokens), later, sampling_params(1),
+                    admit=lambda: observer.steps_scheduled() >= admit_at - 1,
+                    done=observer.output_seen)
+        except TimingMissing as exc:
+            if ranks.world_size() == 1:
+                raise
+            missing = str(exc)
+        self._agree(window.records, [*prompts, *later], missing)
+        steps = [r for r in window.records if r.snapshot.phase != PHASE_IDLE]
+        self.timed_seconds += sum(r.timing.seconds for r in window.records)
+        return steps, ids[0], ids[1]
+
     @staticmethod
     def _agree(records, prompts, missing: str | None) -> None:
         """Tensor parallel: every rank hands in its window; the ranks must agree on the

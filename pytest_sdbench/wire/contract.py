@@ -15,27 +15,33 @@ PACKAGE_NAME = "pytest-sdbench"
 ARTIFACT_KIND = "pytest-sdbench/spec-decode-profile"
 # The index of a K sweep (artifact/sweep.py), written beside its artifacts.
 SWEEP_INDEX_KIND = "pytest-sdbench/k-sweep-index"
-# Version 6 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative),
+# Version 7 is the current artifact; 1 (autoregressive), 2 (phase-specific speculative),
 # 3 (one observation per point, no engine settings), 4 (repeats taken back to back, no
-# rounds, no host canary) and 5 (decode retained the first decode step after admission, the
-# transient `steady_step`; no GPU clock) are legacy formats that artifact.legacy still reads.
-SCHEMA_VERSION = 6
+# rounds, no host canary), 5 (decode retained the first decode step after admission, the
+# transient `steady_step`; no GPU clock) and 6 (two phases: no mixed phase) are legacy
+# formats that artifact.legacy still reads.
+SCHEMA_VERSION = 7
 LEGACY_SCHEMA_VERSIONS = {1: "v1-autoregressive", 2: "v2-phase-specific-speculative",
                           3: "v3-single-sample", 4: "v4-back-to-back-repeats",
-                          5: "v5-first-decode-step"}
+                          5: "v5-first-decode-step", 6: "v6-two-phases"}
 
-# Modes and phases.
-Mode = Literal["prefill", "decode", "agg"]
-MODE_PREFILL, MODE_DECODE, MODE_AGG = get_args(Mode)
+# Modes and phases. A mixed point is one engine step that prefills some requests while
+# others decode with their drafts (what `vllm serve` runs most under load), asked for and
+# measured as such. agg collects every phase its grid holds, in that order (a grid holds
+# mixed points only where they were asked for: a manifest's, or --mixed); its prefill and
+# decode points are never mixed in one measured batch.
+Mode = Literal["prefill", "decode", "agg", "mixed"]
+MODE_PREFILL, MODE_DECODE, MODE_AGG, MODE_MIXED = get_args(Mode)
 MODES: tuple[str, ...] = get_args(Mode)
-Phase = Literal["prefill", "decode"]
-PHASE_PREFILL, PHASE_DECODE = get_args(Phase)
+Phase = Literal["prefill", "decode", "mixed"]
+PHASE_PREFILL, PHASE_DECODE, PHASE_MIXED = get_args(Phase)
 PHASES: tuple[str, ...] = get_args(Phase)
+# The phases the consumer (AISimulate) imports, one per file; a mixed phase it has none of.
+TWO_PHASES = (PHASE_PREFILL, PHASE_DECODE)
 SnapshotPhase = Literal["prefill", "decode", "mixed", "idle"]
-PHASE_MIXED: Final = "mixed"
 PHASE_IDLE: Final = "idle"
 PHASES_BY_MODE = {MODE_PREFILL: (PHASE_PREFILL,), MODE_DECODE: (PHASE_DECODE,),
-                  MODE_AGG: (PHASE_PREFILL, PHASE_DECODE)}
+                  MODE_AGG: PHASES, MODE_MIXED: (PHASE_MIXED,)}
 
 # Measurement policies. Prefill keeps exactly one step whose shape equals the point
 # (single_step). Decode keeps settled steps (settled_steps): a decode run's step 1 admits
@@ -49,18 +55,27 @@ PHASES_BY_MODE = {MODE_PREFILL: (PHASE_PREFILL,), MODE_DECODE: (PHASE_DECODE,),
 # steps are not independent samples: one work item is one sample of its point (its steps'
 # lower median), so rounds stay the unit of repetition. steady_step (legacy v5 and older)
 # retained step 2, the transient.
-Policy = Literal["single_step", "steady_step", "settled_steps"]
-POLICY_SINGLE_STEP, POLICY_STEADY_STEP, POLICY_SETTLED_STEPS = get_args(Policy)
-POLICY_BY_PHASE = {PHASE_PREFILL: POLICY_SINGLE_STEP, PHASE_DECODE: POLICY_SETTLED_STEPS}
+# A mixed point is mixed_step: its decode batch is admitted and runs its transient first
+# step as a decode point's does; the point's prefills are added so that the scheduler admits
+# them beside the running decodes in run step MIXED_STEP_INDEX (the first settled step), and
+# that one step, found by the requests it schedules, is retained.
+Policy = Literal["single_step", "steady_step", "settled_steps", "mixed_step"]
+POLICY_SINGLE_STEP, POLICY_STEADY_STEP, POLICY_SETTLED_STEPS, POLICY_MIXED_STEP = \
+    get_args(Policy)
+POLICY_BY_PHASE = {PHASE_PREFILL: POLICY_SINGLE_STEP, PHASE_DECODE: POLICY_SETTLED_STEPS,
+                   PHASE_MIXED: POLICY_MIXED_STEP}
 POLICY_DESCRIPTIONS = {
     POLICY_SINGLE_STEP: "one step whose shape equals the point",
     POLICY_STEADY_STEP: "the first decode step after admission (a transient a request runs "
                         "once; legacy, not the serving step)",
     POLICY_SETTLED_STEPS: "settled steps of a running batch (decode steps after the first)",
+    POLICY_MIXED_STEP: "one step of a running decode batch that admits the point's prefills "
+                       "beside its decodes (run step 3)",
 }
 STEADY_STEP_INDEX = 2    # steady_step (legacy): the 1-based run step that was retained
 SETTLED_FIRST_STEP = 3   # settled_steps: the first retained run step (decode step 2)
 SETTLED_STEPS = 4        # settled_steps: consecutive steps retained per work item
+MIXED_STEP_INDEX = SETTLED_FIRST_STEP   # mixed_step: the run step that admits the prefills
 
 # Warm-up: unbooked passes until a step time is stable: the last pass within
 # WARMUP_TOLERANCE of the one before, after at least WARMUP_MIN_PASSES passes and at most
@@ -83,7 +98,8 @@ WARMUP_UNTIL_STABLE, WARMUP_SINGLE_PASS, WARMUP_BY_SHAPE, WARMUP_BY_SHAPE_SEEDED
     get_args(WarmupRule)
 WARMUP_MIN_PASSES, WARMUP_MAX_PASSES, WARMUP_TOLERANCE = 2, 8, 0.05
 WARMUP_SHAPE_PASSES = 1
-WARMUP_SEEDED_PASSES = {PHASE_PREFILL: WARMUP_SHAPE_PASSES, PHASE_DECODE: 0}
+WARMUP_SEEDED_PASSES = {PHASE_PREFILL: WARMUP_SHAPE_PASSES, PHASE_DECODE: 0,
+                        PHASE_MIXED: WARMUP_SHAPE_PASSES}
 WARMUP_RULE = WARMUP_BY_SHAPE_SEEDED   # the rule a collection writes
 WARMUP_SHAPE_RULES = (WARMUP_BY_SHAPE, WARMUP_BY_SHAPE_SEEDED)
 # by_shape: v6 since 12-05; by_shape_seeded: v6 since 12-05 night

@@ -33,7 +33,7 @@ from .contract import (
     WarmupRule,
 )
 from .identity import ExecutionIdentity, KVCapacity
-from .points import DecodePoint, Grid, PrefillPoint
+from .points import DecodePoint, Grid, MixedPoint, PrefillPoint
 from .records import GpuClock, ObserverCost, Provenance, Snapshot, TimingSample
 from .rounds import CanarySpread, Round, UntilPinned, median_half_width
 
@@ -75,6 +75,30 @@ class DecodeObservation:
     observed_acceptance_length: float
     run_acceptance_length: float      # 1 + mean accepted over every decode step of the run
     run_acceptance_samples: int       # request-steps behind run_acceptance_length
+    graph_mode: GraphMode
+    warmup_passes: int
+    warmup_settled: bool
+    gpu_clock: GpuClock | None
+
+
+@dataclass(frozen=True)
+class MixedObservation:
+    """The retained step of a mixed point (one per sample): the step of a running decode
+    batch (run step step_index) that admitted the point's prefills beside its decodes, found
+    by the requests it scheduled, with its own snapshot (both kinds of request, the context
+    the decodes really read) and native ID."""
+    point_index: int
+    repeat: int
+    round: int
+    point: MixedPoint
+    native_iteration_id: int
+    step_index: int
+    snapshot: Snapshot
+    timing: TimingSample
+    provenance: Provenance
+    accepted_tokens: tuple[int, ...]    # each decoding request's accepted drafts
+    kv_seed_regime: KVSeedRegime        # the prefills' cached prefix
+    cache_hit_tokens: tuple[int, ...]   # each prefilling request's cache hit
     graph_mode: GraphMode
     warmup_passes: int
     warmup_settled: bool
@@ -173,6 +197,7 @@ class MeasurementPolicy:
     how a step of a multi-rank engine is timed."""
     prefill: Policy | None
     decode: Policy | None
+    mixed: Policy | None          # null: no mixed point in the collection (v6 and older)
     repeats: int                  # rounds: the fixed rounds; back_to_back: repeats a point
     repeat_order: RepeatOrder
     order_seed: int | None        # rounds: the seed of every round's order; else null
@@ -261,6 +286,7 @@ class Artifact:
     coverage: Coverage
     prefill: tuple[PrefillObservation, ...]
     decode: tuple[DecodeObservation, ...]
+    mixed: tuple[MixedObservation, ...]   # empty: no mixed point (v6 and older)
     summaries: tuple[PointSummary, ...]
     rounds: tuple[Round, ...]          # empty only in upgraded legacy artifacts
     host_canary: CanarySpread | None   # every canary reading summarised (null: legacy)
@@ -275,4 +301,4 @@ class Artifact:
     measured_seconds: float    # the retained steps
 
 
-Observation = PrefillObservation | DecodeObservation
+Observation = PrefillObservation | DecodeObservation | MixedObservation

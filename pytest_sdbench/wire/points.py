@@ -1,10 +1,16 @@
 """Points of the sweep. A prefill point is (batch, new tokens, cached prefix); a decode point
-is (batch, context, draft depth K, acceptance length). A grid manifest is JSON:
+is (batch, context, draft depth K, acceptance length); a mixed point is a decode batch (its
+batch, context, K, acceptance length) and the prefills admitted beside it in one step (their
+batch, new tokens, cached prefix). A grid manifest is JSON:
 
     {"prefill": [{"batch_size": 1, "new_tokens": 64, "cached_prefix_tokens": 0}, ...],
      "decode":  [{"batch_size": 4, "context_tokens": 512, "draft_depth": 3,
-                  "acceptance_length": null}, ...]}
+                  "acceptance_length": null}, ...],
+     "mixed":   [{"decode_batch_size": 4, "context_tokens": 512, "draft_depth": 3,
+                  "prefill_batch_size": 1, "prefill_tokens": 256,
+                  "cached_prefix_tokens": 0, "acceptance_length": null}, ...]}
 
+(each phase optional).
 Errors name the exact field, e.g. ``decode[3].batch_size: must be >= 1, got 0``.
 """
 
@@ -18,7 +24,9 @@ from . import typed
 from .contract import (
     CUDAGRAPH_NONE,
     GRAPH_EAGER,
+    MIXED_STEP_INDEX,
     PHASE_DECODE,
+    PHASE_MIXED,
     PHASE_PREFILL,
     PHASES_BY_MODE,
     POLICY_STEADY_STEP,
@@ -52,17 +60,43 @@ class DecodePoint:
 
 
 @dataclass(frozen=True)
+class MixedPoint:
+    """One mixed coordinate, one engine step: decode_batch_size requests decoding at
+    context_tokens with draft_depth drafts each (acceptance_length as a decode point's), and
+    prefill_batch_size requests prefilling prefill_tokens new tokens each after
+    cached_prefix_tokens cached ones, admitted beside them."""
+    decode_batch_size: int
+    context_tokens: int
+    draft_depth: int
+    prefill_batch_size: int
+    prefill_tokens: int
+    cached_prefix_tokens: int = 0
+    acceptance_length: float | None = None
+
+    @property
+    def scheduled_tokens(self) -> int:
+        """The step's tokens: each decoding request's 1 + K, each prefill's new tokens."""
+        return (self.decode_batch_size * (1 + self.draft_depth)
+                + self.prefill_batch_size * self.prefill_tokens)
+
+
+Point = PrefillPoint | DecodePoint | MixedPoint
+
+
+@dataclass(frozen=True)
 class Grid:
     """The points of a collection, in order."""
     prefill: tuple[PrefillPoint, ...] = ()
     decode: tuple[DecodePoint, ...] = ()
+    mixed: tuple[MixedPoint, ...] = ()
 
     def __len__(self) -> int:
-        return len(self.prefill) + len(self.decode)
+        return len(self.prefill) + len(self.decode) + len(self.mixed)
 
     def only(self, phases) -> Grid:
         return Grid(prefill=self.prefill if "prefill" in phases else (),
-                    decode=self.decode if "decode" in phases else ())
+                    decode=self.decode if "decode" in phases else (),
+                    mixed=self.mixed if "mixed" in phases else ())
 
 
 def point_errors(grid: Grid) -> list[str]:
@@ -84,7 +118,20 @@ def point_errors(grid: Grid) -> list[str]:
         if al is not None and not (1.0 <= al <= d.draft_depth + 1):
             errors.append(f"decode[{i}].acceptance_length: must lie in [1, draft_depth+1 = "
                           f"{d.draft_depth + 1}], got {al}")
-    for phase, points in (("prefill", grid.prefill), ("decode", grid.decode)):
+    for i, m in enumerate(grid.mixed):
+        for name in ("decode_batch_size", "context_tokens", "draft_depth",
+                     "prefill_batch_size", "prefill_tokens"):
+            if getattr(m, name) < 1:
+                errors.append(f"mixed[{i}].{name}: must be >= 1, got {getattr(m, name)}")
+        if m.cached_prefix_tokens < 0:
+            errors.append(f"mixed[{i}].cached_prefix_tokens: must be >= 0, "
+                          f"got {m.cached_prefix_tokens}")
+        al = m.acceptance_length
+        if al is not None and not (1.0 <= al <= m.draft_depth + 1):
+            errors.append(f"mixed[{i}].acceptance_length: must lie in [1, draft_depth+1 = "
+                          f"{m.draft_depth + 1}], got {al}")
+    for phase, points in (("prefill", grid.prefill), ("decode", grid.decode),
+                          ("mixed", grid.mixed)):
         seen: dict[object, int] = {}
         for i, point in enumerate(points):
             if point in seen:
@@ -173,12 +220,16 @@ class KnownLimits:
     kv_tokens: int | None = None
 
 
-def point_label(point: PrefillPoint | DecodePoint) -> str:
+def point_label(point: Point) -> str:
     """A point's coordinates as tables, logs and plots print them."""
     if isinstance(point, PrefillPoint):
         return (f"B={point.batch_size} new={point.new_tokens} "
                 f"prefix={point.cached_prefix_tokens}")
     al = "natural" if point.acceptance_length is None else f"{point.acceptance_length:g}"
+    if isinstance(point, MixedPoint):
+        return (f"Bd={point.decode_batch_size} ctx={point.context_tokens} "
+                f"K={point.draft_depth} AL={al} + Bp={point.prefill_batch_size} "
+                f"new={point.prefill_tokens} prefix={point.cached_prefix_tokens}")
     return f"B={point.batch_size} ctx={point.context_tokens} K={point.draft_depth} AL={al}"
 
 
@@ -189,14 +240,17 @@ def capture_sizes(field: IdentityField) -> tuple[int, ...] | None:
     return tuple(int(n) for n in value) if isinstance(value, (list, tuple)) else None
 
 
-def compiled_shape(point: PrefillPoint | DecodePoint, graph_mode: str,
+def compiled_shape(point: Point, graph_mode: str,
                    capture_sizes: Sequence[int] | None) -> tuple[str, str, int]:
     """The compiled shape a point's retained step runs (the by_shape warm-up's key): its
-    phase, its graph mode and its token count (prefill B x new tokens, decode B x (K+1)),
-    padded up to the next capture size when it ran in a graph, as vLLM pads a graph's
-    batch. Without capture sizes the count stays exact (a stricter key, never a looser)."""
+    phase, its graph mode and its token count (prefill B x new tokens, decode B x (K+1),
+    mixed both), padded up to the next capture size when it ran in a graph, as vLLM pads a
+    graph's batch. Without capture sizes the count stays exact (a stricter key, never a
+    looser)."""
     if isinstance(point, PrefillPoint):
         phase, tokens = PHASE_PREFILL, point.batch_size * point.new_tokens
+    elif isinstance(point, MixedPoint):
+        phase, tokens = PHASE_MIXED, point.scheduled_tokens
     else:
         phase, tokens = PHASE_DECODE, point.batch_size * (point.draft_depth + 1)
     sizes = sorted(capture_sizes or ())
@@ -255,6 +309,65 @@ def fit_errors(grid: Grid, limits: EngineLimits | KnownLimits,
             if readmit > budget:
                 errors.append(f"{where}.batch_size: re-admitting {d.batch_size} cached prompts "
                               f"takes up to {readmit} tokens in one step, over "
+                              f"max_num_batched_tokens {budget}")
+    errors += mixed_fit_errors(grid.mixed, limits, decode_tokens)
+    return errors
+
+
+def mixed_run_tokens(point: MixedPoint) -> int:
+    """Output tokens of a mixed point's decode batch: enough for its run to pass the mixed
+    step (MIXED_STEP_INDEX) and the step after it with a full K drafts."""
+    return 1 + (MIXED_STEP_INDEX + 1) * (point.draft_depth + 1)
+
+
+def mixed_fit_errors(points: Sequence[MixedPoint], limits: EngineLimits | KnownLimits,
+                     decode_tokens: int | None = None) -> list[str]:
+    """Every mixed point an engine of these limits cannot run as one exact step: the step's
+    tokens within one step's budget (a prompt over what is left would wait, or be chunked),
+    its requests within max_num_seqs, a cached prefix of whole blocks and more new tokens
+    than a block, the lengths within max_model_len, the KV of the whole run within the
+    capacity, and the decode batch's cached re-admission within one step's budget."""
+    block, budget = limits.block_size, limits.max_num_batched_tokens
+    seqs, max_len, capacity = limits.max_num_seqs, limits.max_model_len, limits.kv_tokens
+    errors = []
+    for i, m in enumerate(points):
+        where = f"mixed[{i}]"
+        if budget is not None and m.scheduled_tokens > budget:
+            errors.append(f"{where}: decode_batch_size*(1+draft_depth) + prefill_batch_size*"
+                          f"prefill_tokens = {m.scheduled_tokens} exceeds "
+                          f"max_num_batched_tokens {budget}; it would not be one step")
+        if seqs is not None and m.decode_batch_size + m.prefill_batch_size > seqs:
+            errors.append(f"{where}: decode_batch_size + prefill_batch_size = "
+                          f"{m.decode_batch_size + m.prefill_batch_size} exceeds "
+                          f"max_num_seqs {seqs}")
+        if block is not None and m.cached_prefix_tokens % block:
+            errors.append(f"{where}.cached_prefix_tokens: must be a multiple of the KV block "
+                          f"size {block} to be an exact cache hit, got {m.cached_prefix_tokens}")
+        if block is not None and m.cached_prefix_tokens and m.prefill_tokens <= block:
+            errors.append(f"{where}.prefill_tokens: a cached prefix needs prefill_tokens > the "
+                          f"KV block size {block} (with EAGLE vLLM recomputes the last matched "
+                          f"block), got {m.prefill_tokens}")
+        output = max(decode_tokens or 0, mixed_run_tokens(m))
+        if max_len is not None:
+            if m.cached_prefix_tokens + m.prefill_tokens + 1 > max_len:
+                errors.append(f"{where}: cached_prefix_tokens+prefill_tokens = "
+                              f"{m.cached_prefix_tokens + m.prefill_tokens} exceeds "
+                              f"max_model_len {max_len}")
+            if m.context_tokens + output + m.draft_depth > max_len:
+                errors.append(f"{where}.context_tokens: {m.context_tokens} leaves no room for "
+                              f"the run of {output} output tokens within max_model_len "
+                              f"{max_len}")
+        need = (m.decode_batch_size * (m.context_tokens + output + m.draft_depth + (block or 0))
+                + m.prefill_batch_size * (m.cached_prefix_tokens + m.prefill_tokens
+                                          + (block or 0)))
+        if capacity is not None and need > capacity:
+            errors.append(f"{where}: the step's requests need {need} KV tokens, the engine "
+                          f"holds {capacity}")
+        if block is not None and budget is not None:
+            readmit = m.decode_batch_size * min(m.context_tokens, 3 * block)
+            if readmit > budget:
+                errors.append(f"{where}.decode_batch_size: re-admitting {m.decode_batch_size} "
+                              f"cached prompts takes up to {readmit} tokens in one step, over "
                               f"max_num_batched_tokens {budget}")
     return errors
 

@@ -28,8 +28,7 @@ from .contract import (
     MEDIAN_NORMAL_Z,
     MEDIAN_SE_FACTOR,
     MIN_PINNED_ROUNDS,
-    PHASE_DECODE,
-    PHASE_PREFILL,
+    PHASES,
     PINNED_CONFIDENCE,
     PINNED_Z,
     REPEAT_BACK_TO_BACK,
@@ -142,16 +141,17 @@ class CanarySpread:
 
 
 def _phase_rank(phase: str) -> int:
-    return (PHASE_PREFILL, PHASE_DECODE).index(phase)
+    return PHASES.index(phase)
 
 
 def round_order(refs: Iterable[PointRef], seed: int, round_index: int) -> tuple[PointRef, ...]:
-    """The order of round `round_index` over `refs`: prefill points, then decode points,
-    each phase shuffled by a generator seeded with (seed, round_index). Deterministic across
-    Python versions and machines (random.Random with a str seed hashes it with sha512)."""
+    """The order of round `round_index` over `refs`: prefill points, then decode points, then
+    mixed points (contract.PHASES' order), each phase shuffled by a generator seeded with
+    (seed, round_index). Deterministic across Python versions and machines (random.Random
+    with a str seed hashes it with sha512)."""
     rng = random.Random(f"sdbench-round:{seed}:{round_index}")
     out: list[PointRef] = []
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         mine = sorted(r for r in set(refs) if r.phase == phase)
         rng.shuffle(mine)
         out.extend(mine)
