@@ -19,7 +19,7 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import replace
 
-from ..engine import compat
+from ..engine import compat, step_reading
 from ..wire.contract import Booking
 from ..wire.records import (
     QueueSnapshot,
@@ -30,7 +30,7 @@ from ..wire.records import (
 )
 
 STAMP_ATTR = "_sdbench_iteration_id"
-_SCHEDULED = compat.FrozenSchedule._fields.index("scheduled")   # an idle step's is empty
+_SCHEDULED = step_reading.FrozenSchedule._fields.index("scheduled")   # an idle step's is empty
 _UNSTAMPED = 0      # what an output without a stamp reads as (native ids start at 1)
 _ABSENT = object()  # the instance held no attribute of that name before attach()
 
@@ -50,8 +50,8 @@ class IterationRecord:
     def __init__(self, native_iteration_id: int, booking: Booking, raw_schedule: tuple):
         self.native_iteration_id = native_iteration_id
         self.booking = booking
-        self.raw_schedule = raw_schedule             # compat.freeze_schedule, at schedule()
-        self.raw_output: tuple | None = None         # compat.freeze_output, when it arrived
+        self.raw_schedule = raw_schedule             # step_reading.freeze_schedule, at schedule()
+        self.raw_output: tuple | None = None         # step_reading.freeze_output, when it arrived
         self.timing: TimingSample | None = None
         self.dispatched_mode: object = None          # the V2 runner's raw dispatch mode
         # earlier iterations whose output arrived while this one was in flight (async
@@ -67,19 +67,19 @@ class IterationRecord:
         return self._cache[name]
 
     @property
-    def frozen(self) -> compat.FrozenSchedule:
-        return self._derived("frozen", lambda: compat.FrozenSchedule(*self.raw_schedule))
+    def frozen(self) -> step_reading.FrozenSchedule:
+        return self._derived("frozen", lambda: step_reading.FrozenSchedule(*self.raw_schedule))
 
     @property
-    def output(self) -> compat.FrozenOutput | None:
+    def output(self) -> step_reading.FrozenOutput | None:
         """The step's output as update_from_output() received it (None: never seen)."""
         raw = self.raw_output
         return None if raw is None else self._derived("output",
-                                                      lambda: compat.FrozenOutput(*raw))
+                                                      lambda: step_reading.FrozenOutput(*raw))
 
     @property
-    def rows(self) -> tuple[compat.ScheduledRow, ...]:
-        return self._derived("rows", lambda: compat.scheduled_rows(self.frozen))
+    def rows(self) -> tuple[step_reading.ScheduledRow, ...]:
+        return self._derived("rows", lambda: step_reading.scheduled_rows(self.frozen))
 
     @property
     def queue(self) -> tuple[int, int]:
@@ -94,18 +94,18 @@ class IterationRecord:
         """Tokens gained per request, from the step's output (None: never seen)."""
         output = self.output
         return None if output is None else self._derived(
-            "accepted", lambda: compat.gained_tokens(output))
+            "accepted", lambda: step_reading.gained_tokens(output))
 
     @property
     def graph_mode(self) -> str | None:
         """How the step ran: as its output reports it, else as the V2 runner dispatched
         it; None when neither says."""
         output = self.output
-        reported = None if output is None else compat.graph_mode_of_stats(output.graph_stats)
+        reported = None if output is None else step_reading.graph_mode_of_stats(output.graph_stats)
         if reported is not None:
             return reported
         mode = self.dispatched_mode
-        return None if mode is None else compat.graph_mode_name(mode)
+        return None if mode is None else step_reading.graph_mode_name(mode)
 
     @property
     def corrections(self) -> list[tuple[str, int, int, int]]:
@@ -201,8 +201,8 @@ class NativeObserver:
         self.timer = timer
         self._ids = itertools.count(1)
         # the open window's iterations, by native ID (emptied when it is settled)
-        self._frozen: dict[int, tuple] = {}          # compat.freeze_schedule, at schedule()
-        self._outputs: dict[int, tuple] = {}         # compat.freeze_output, when it arrived
+        self._frozen: dict[int, tuple] = {}          # step_reading.freeze_schedule, at schedule()
+        self._outputs: dict[int, tuple] = {}         # step_reading.freeze_output, when it arrived
         self._modes: dict[int, object] = {}          # the V2 runner's raw dispatch mode
         self._earlier: dict[int, list[int]] = {}     # outputs that arrived while in flight
         self._awaiting_sample: deque[int | None] = deque()  # None: an untimed iteration
@@ -220,7 +220,7 @@ class NativeObserver:
         if self.attached:
             raise RuntimeError("observer already attached")
         sched, worker = compat.scheduler(self._llm), compat.worker(self._llm)
-        dispatcher = compat.graph_dispatcher(self._llm)
+        dispatcher = step_reading.graph_dispatcher(self._llm)
         self._wrap(sched, "schedule", lambda original: self._schedule(original, sched))
         self._wrap(sched, "update_from_output", self._update_from_output)
         self._wrap(worker, "execute_model",
@@ -304,7 +304,7 @@ class NativeObserver:
     # they use is bound once, when attach() builds them) -------------------------------
     def _schedule(self, original, sched):
         frozen, in_flight, ids = self._frozen, self._in_flight, self._ids
-        freeze = compat.freeze_schedule
+        freeze = step_reading.freeze_schedule
 
         def schedule(*args, **kwargs):
             output = original(*args, **kwargs)
@@ -387,7 +387,7 @@ class NativeObserver:
     def _update_from_output(self, original):
         frozen, outputs, earlier, in_flight = (self._frozen, self._outputs, self._earlier,
                                                self._in_flight)
-        freeze = compat.freeze_output
+        freeze = step_reading.freeze_output
 
         def update_from_output(scheduler_output, model_runner_output, *args, **kwargs):
             iid = getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..aisimulate.grids import NATIVE_GRID, consumer_choice
-from ..engine.compat import BLOCK_SIZE, engine_argument_names, refused_engine_argument
+from ..engine.compat import BLOCK_SIZE
+from ..engine.engine_args import engine_argument_names, refused_engine_argument
 from ..engine.placement import CpuListError, check_cpus
 from ..engine.presets import PRESETS
 from ..engine.spec import EngineSpec, default_stall_seconds, engine_spec, resolve_preset
