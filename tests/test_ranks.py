@@ -15,7 +15,8 @@ from pytest_sdbench.engine.ranks import (
     record_digest,
     step_seconds,
 )
-from pytest_sdbench.measure.observer import IterationRecord, TimingMissing
+from pytest_sdbench.measure.iteration import IterationRecord
+from pytest_sdbench.measure.observer import TimingMissing
 from pytest_sdbench.measure.result import PointFailed
 from pytest_sdbench.measure.runs import EngineRuns
 from pytest_sdbench.wire.records import TimingSample

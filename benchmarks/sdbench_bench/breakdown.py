@@ -37,7 +37,7 @@ READING_ON_THE_PATH = frozenset({"freeze_schedule", "freeze_output"})
 
 
 def _ours(key) -> bool:
-    return key[0].endswith(("measure/observer.py", "measure/timing.py")) \
+    return key[0].endswith(("measure/observer.py", "measure/iteration.py", "measure/timing.py")) \
         or (key[0].endswith("engine/step_reading.py") and key[2] in READING_ON_THE_PATH)
 
 
