@@ -26,7 +26,7 @@ import sys
 import time
 
 from .commands.terminal import Parser, Version, closed_pipe
-from .readers.compare import FORMATS
+from .readers.compare_render import FORMATS
 from .run.options import (
     DEFAULT_ARTIFACT_DIR,
     add_cli_options,
@@ -461,7 +461,8 @@ def cmd_compare(args) -> int:
     """The gate (compare.py): exit 1 on a regressed point, on noise it cannot judge (too
     few rounds, no --noise-floor) or an unfair comparison (a missing point, a partial side,
     another mode, a contended side), 2 on unusable input."""
-    from .readers.compare import compare, render
+    from .readers.compare import compare
+    from .readers.compare_render import render
     from .run.recollect import collect_command
     base, _ = _load_valid(args.baseline)
     if base is None:

@@ -60,7 +60,8 @@ def judge(session, baseline: tuple[Path, Artifact] | None, written: list[str],
     if baseline is None:
         return
     from ..artifact import validate_path
-    from ..readers.compare import compare, render
+    from ..readers.compare import compare
+    from ..readers.compare_render import render
     from ..run.recollect import collect_command
     base_path, base = baseline
     fail_above = config.getoption("sdbench_compare_fail_above") or 0.0

@@ -43,7 +43,6 @@ from .compare import (
     COLUMNS,
     HOST_SLOWER,
     IMPROVED,
-    LABELS,
     MISSING_IN_BASELINE,
     MISSING_IN_CANDIDATE,
     NOISE_UNKNOWN,
@@ -51,10 +50,9 @@ from .compare import (
     REGRESSED,
     VERDICTS,
     Comparison,
-    cell,
-    noise_rule,
 )
 from .compare import compare as judge
+from .compare_render import LABELS, cell, noise_rule
 from .describe import (
     SUMMARY_COLUMNS,
     SUMMARY_NOTE,
