@@ -32,7 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -446,7 +446,3 @@ def served_results(folder: Path, manifest: dict) -> list[tuple[float, dict]]:
     if not found:
         raise ServedUnusable(f"--served: {folder} holds no finished `vllm bench serve` result")
     return found
-
-
-def rates_of(values: Sequence[str]) -> tuple[float, ...]:
-    return tuple(float(v) for v in values)
