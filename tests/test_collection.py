@@ -302,7 +302,7 @@ def test_a_decode_run_stops_after_its_last_retained_step(sdbench_collect, small_
     SETTLED_STEPS - 1 steps, one more where async scheduling had queued it (at the
     synthetic acceptance length, max_tokens would run it several more); the engine is idle
     afterwards and serves."""
-    from pytest_sdbench.engine import compat
+    from pytest_sdbench.engine import compat, serving
     from pytest_sdbench.measure.observer import STAMP_ATTR
     from pytest_sdbench.wire.contract import SETTLED_FIRST_STEP, SETTLED_STEPS
     scheduler_cls = type(compat.scheduler(sdbench_engine.llm))
@@ -325,7 +325,7 @@ def test_a_decode_run_stops_after_its_last_retained_step(sdbench_collect, small_
     assert run.artifact.status == STATUS_COMPLETE
     assert lengths
     assert all(last <= n <= last + 1 for n in lengths), lengths
-    assert compat.core_idle(sdbench_engine.llm)
+    assert serving.core_idle(sdbench_engine.llm)
     assert sdbench_engine.probe().tokens
 
 
@@ -346,13 +346,13 @@ def test_a_stopped_run_aborts_its_requests_and_leaves_the_engine_idle(sdbench_en
     """The engine's stop: asked after every engine step; once it holds, the requests still
     running are aborted (no outputs), the engine is left idle, and the next run serves in
     full."""
-    from pytest_sdbench.engine import compat
+    from pytest_sdbench.engine import serving
     from pytest_sdbench.measure.runs import sampling_params
     prompts = [sdbench_engine.fresh_tokens(40) for _ in range(2)]
     asked = itertools.count(1)
     assert sdbench_engine.generate(prompts, sampling_params(30),
                                    stop=lambda: next(asked) >= 3) == []
-    assert compat.core_idle(sdbench_engine.llm)
+    assert serving.core_idle(sdbench_engine.llm)
     outputs = sdbench_engine.generate(prompts, sampling_params(30))
     assert [len(o.outputs[0].token_ids) for o in outputs] == [30, 30]
     assert restoration_violations(sdbench_engine) == []

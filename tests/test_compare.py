@@ -23,7 +23,6 @@ from pytest_sdbench.readers.compare import (
     COLUMNS,
     HOST_SLOWER,
     IMPROVED,
-    LABELS,
     MISSING_IN_CANDIDATE,
     NOISE_UNKNOWN,
     NOISE_Z,
@@ -31,8 +30,8 @@ from pytest_sdbench.readers.compare import (
     REGRESSED,
     compare,
     median_noise,
-    render,
 )
+from pytest_sdbench.readers.compare_render import LABELS, render
 from pytest_sdbench.wire import typed
 from pytest_sdbench.wire.contract import (
     CANARY_WORKLOAD,

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from pytest_sdbench.readers.compare import compare
-from pytest_sdbench.readers.plot import compare_figure
+from pytest_sdbench.readers.plot_figures import compare_figure
 
 from .test_compare import _controlled
 

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_sdbench import cli, plugin
 from pytest_sdbench.commands.terminal import EXIT_UNUSABLE
-from pytest_sdbench.engine.compat import engine_argument_names
+from pytest_sdbench.engine.engine_args import engine_argument_names
 from pytest_sdbench.engine.presets import PRESETS
 from pytest_sdbench.engine.spec import (
     DEFAULT_STALL_SECONDS,

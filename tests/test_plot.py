@@ -12,7 +12,7 @@ import pytest
 from pytest_sdbench.artifact import validate_path
 from pytest_sdbench.cli import main
 from pytest_sdbench.readers.compare import HOST_SLOWER, OK, REGRESSED, VERDICTS, compare
-from pytest_sdbench.readers.plot import (
+from pytest_sdbench.readers.plot_figures import (
     MIXED_MARKER,
     VERDICT_COLORS,
     PlotPoint,
@@ -264,7 +264,7 @@ def test_every_series_has_a_colour_of_its_own_and_labels_do_not_run_together(dra
     """14 series (the production prefill figure) once reused the default cycle's 10 colours;
     on a log axis C and C+1 (16, 17) printed as one number."""
     from pytest_sdbench.readers.figures import distinct_colors
-    from pytest_sdbench.readers.plot import _tick_labels
+    from pytest_sdbench.readers.plot_figures import _tick_labels
     for n in (3, 14, 25):
         assert len(set(distinct_colors(n))) == n
     assert _tick_labels([1, 2, 3, 4, 5, 8, 9, 16, 17, 64], log=True) == \

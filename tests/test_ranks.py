@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench.engine import compat, ranks
+from pytest_sdbench.engine import ranks, step_reading
 from pytest_sdbench.engine.ranks import (
     RankDisagreement,
     RankTimingMissing,
@@ -15,7 +15,8 @@ from pytest_sdbench.engine.ranks import (
     record_digest,
     step_seconds,
 )
-from pytest_sdbench.measure.observer import IterationRecord, TimingMissing
+from pytest_sdbench.measure.iteration import IterationRecord
+from pytest_sdbench.measure.observer import TimingMissing
 from pytest_sdbench.measure.result import PointFailed
 from pytest_sdbench.measure.runs import EngineRuns
 from pytest_sdbench.wire.records import TimingSample
@@ -30,13 +31,13 @@ def record(iid: int, seconds: float | None, suffix: str = "0a1b2c3d", tokens: in
     # prompt, nothing cached, no drafts, queue (0 waiting, 1 running); its output gained
     # `accepted` tokens
     request = SimpleNamespace(num_prompt_tokens=64, num_preemptions=0)
-    rec = IterationRecord(iid, "measured", tuple(compat.FrozenSchedule(
+    rec = IterationRecord(iid, "measured", tuple(step_reading.FrozenSchedule(
         scheduled={rid: tokens}, draft_ids=(), draft_tokens=(),
         new_computed=((rid, 0),), cached_ids=(), cached_computed=(), requests=(request,),
         preemptions=(0,), waiting=0, running=1, total_scheduled_tokens=tokens)))
-    rec.raw_output = tuple(compat.FrozenOutput(request_ids=(rid,), gained=(accepted,),
+    rec.raw_output = tuple(step_reading.FrozenOutput(request_ids=(rid,), gained=(accepted,),
                                                graph_stats=None))
-    assert rec.rows == (compat.ScheduledRow(rid, 64, 0, tokens, 0, 0),)
+    assert rec.rows == (step_reading.ScheduledRow(rid, 64, 0, tokens, 0, 0),)
     assert rec.queue == (0, 1)
     assert rec.accepted == {rid: accepted}
     if seconds is not None:

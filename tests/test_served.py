@@ -14,12 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sdbench.fidelity.served import (
-    MANIFEST_FILE,
-    NOT_FLAGS,
-    result_name,
-    serve_flags,
-)
+from pytest_sdbench.fidelity.served import MANIFEST_FILE
 from pytest_sdbench.fidelity.served_compare import (
     ServedRequest,
     predicted_figures,
@@ -27,6 +22,7 @@ from pytest_sdbench.fidelity.served_compare import (
     served_requests,
     trace_requests,
 )
+from pytest_sdbench.fidelity.served_settings import NOT_FLAGS, result_name, serve_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "tests" / "fixtures" / "cpu-agg-v6.json"
@@ -310,7 +306,8 @@ def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(serve
 def test_the_server_is_stopped_with_its_whole_process_group(tmp_path):
     """No process of the server outlives the command: its group gets SIGTERM, then SIGKILL
     (here a child that ignores SIGTERM), and the stop waits until the group is gone."""
-    from pytest_sdbench.fidelity.served import Server, ServingFailed, free_port, group_gone
+    from pytest_sdbench.fidelity.served import Server, ServingFailed, group_gone
+    from pytest_sdbench.fidelity.served_settings import free_port
     stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                 "print('child up', flush=True); time.sleep(120)")
     parent = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "

@@ -13,11 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sdbench.engine import launch, tp
+from pytest_sdbench.engine import launch, rank_processes
 from pytest_sdbench.engine.launch import SdbenchEngine
+from pytest_sdbench.engine.rank_processes import RankCommand
 from pytest_sdbench.engine.spec import STALL_ENV, EngineSpec
 from pytest_sdbench.engine.surface import EngineStalled, EngineUnusable
-from pytest_sdbench.engine.tp import TensorParallelEngine, _Pending
+from pytest_sdbench.engine.tp import TensorParallelEngine
 from pytest_sdbench.run import collect as session
 from pytest_sdbench.run import rank_server
 
@@ -54,8 +55,8 @@ class _RankEngine:
 
 class _ThreadRank:
     """A rank 'process': rank_server.serve in a thread. Its pid is a sleeping child of
-    ours, so that tp._end finds no descendants of anything else to end; kill() releases a
-    hanging rank engine, so that its thread ends."""
+    ours, so that rank_processes.end_ranks finds no descendants of anything else to end;
+    kill() releases a hanging rank engine, so that its thread ends."""
 
     def __init__(self, conn, rank: int, pid: int, release: threading.Event):
         self.pid, self.returncode, self.release = pid, None, release
@@ -118,7 +119,7 @@ def start_ranks(tmp_path, monkeypatch, sleeper):
             logs.append(log_dir / f"rank{rank}.log")
             procs.append(_ThreadRank(theirs, rank, sleeper, release))
             # one rank at a time, so that rank r gets the r-th engine of this start
-            started += _Pending(procs[-1:], conns[-1:], logs[-1:], spec.stall_seconds).call(
+            started += RankCommand(procs[-1:], conns[-1:], logs[-1:], spec.stall_seconds).call(
                 "start", spec=spec)
         return TensorParallelEngine(spec, procs, conns, logs, started)
 
@@ -203,7 +204,7 @@ def stalling(monkeypatch):
     never make progress (a second of a fake clock each): its StepWatchdog fails it with
     EngineStalled at the first step."""
     monkeypatch.setenv(STALL_ENV, "0.5")
-    monkeypatch.setattr(tp, "STOP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(rank_processes, "STOP_TIMEOUT_S", 0.5)
     # a stand-in's shutdown leaves this process's torch.distributed state alone: it is the
     # session's real engine's when the whole suite runs
     monkeypatch.setattr(launch.compat, "release_distributed", lambda: None)
@@ -239,7 +240,7 @@ def test_a_rank_that_stalls_fails_the_proxy_with_engine_stalled(start_ranks, sta
     proxy = start_ranks({0: stalling, 1: stalling})
     # Both ranks answer: the proxy's clock stands still, so the second answer is waited for
     # however late the host lets its thread run (the bound on late peers is the next test's).
-    monkeypatch.setattr(tp, "time", SimpleNamespace(monotonic=lambda: 0.0))
+    monkeypatch.setattr(rank_processes, "time", SimpleNamespace(monotonic=lambda: 0.0))
     with pytest.raises(EngineStalled, match=r"no progress for 1 s \(bound 0.5 s") as raised:
         proxy.collect_to_artifact("decode", None, "out")
     assert "raised on rank(s) [0, 1]; rank 0:" in raised.value.__notes__[0]
@@ -286,8 +287,8 @@ def test_stale_shared_memory_is_judged_by_the_entry_not_what_a_link_names(tmp_pa
     link = shm / f"sdbench-test-cpushm-{os.getpid()}"
     link.symlink_to(keep)
     try:
-        assert link not in tp.stale_cpu_shm()
-        tp.remove_stale_cpu_shm()
+        assert link not in rank_processes.stale_cpu_shm()
+        rank_processes.remove_stale_cpu_shm()
         assert link.is_symlink()
     finally:
         link.unlink()

@@ -31,14 +31,14 @@ def run(bench) -> None:
         event_calls(bench)
 
 
-# what the observer's wrappers call in engine/compat.py (the rest of that module is not
-# on their path: e.g. the step watchdog's computed_tokens, which runs between steps)
-COMPAT_ON_THE_PATH = frozenset({"freeze_schedule", "freeze_output"})
+# what the observer's wrappers call in engine/step_reading.py (the rest of that module
+# runs at attach() or after the window, off their path)
+READING_ON_THE_PATH = frozenset({"freeze_schedule", "freeze_output"})
 
 
 def _ours(key) -> bool:
-    return key[0].endswith(("measure/observer.py", "measure/timing.py")) \
-        or (key[0].endswith("engine/compat.py") and key[2] in COMPAT_ON_THE_PATH)
+    return key[0].endswith(("measure/observer.py", "measure/iteration.py", "measure/timing.py")) \
+        or (key[0].endswith("engine/step_reading.py") and key[2] in READING_ON_THE_PATH)
 
 
 def observer_breakdown(bench, batch: int) -> None:

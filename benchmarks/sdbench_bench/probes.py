@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from unittest.mock import patch
 
-from pytest_sdbench.engine import compat
+from pytest_sdbench.engine import step_reading
 from pytest_sdbench.measure.observer import NativeObserver
 from pytest_sdbench.measure.observer_cost import HostProfile, added_seconds
 from pytest_sdbench.measure.runs import sampling_params
@@ -28,8 +28,8 @@ def decode_prompts(engine, batch: int, context: int) -> list[list[int]]:
 def observed(engine, timer=None, window: bool = True, dispatch: bool = True):
     """The native observer attached for one run, a measured window open. The switches exist
     for the ablation only (none of those variants is a valid profile)."""
-    with patch.object(compat, "graph_dispatcher", compat.graph_dispatcher if dispatch
-                      else lambda llm: None):
+    with patch.object(step_reading, "graph_dispatcher",
+                      step_reading.graph_dispatcher if dispatch else lambda llm: None):
         observer = NativeObserver(engine.llm, timer or timer_for(engine.device)).attach()
     try:
         with observer.window(BOOKING_MEASURED) if window else contextlib.nullcontext() as opened:

@@ -16,7 +16,7 @@ import time
 from types import SimpleNamespace
 from unittest.mock import patch
 
-from pytest_sdbench.engine import compat
+from pytest_sdbench.engine import compat, step_reading
 from pytest_sdbench.measure.observer import NativeObserver, TimingMissing
 from pytest_sdbench.measure.runs import sampling_params
 from pytest_sdbench.measure.timing import timer_for
@@ -130,10 +130,10 @@ def per_step(engine, steps, variant: str | None, passes: int) -> float:
         with contextlib.ExitStack() as stack:
             if variant is not None:
                 if variant == "no freeze_schedule":
-                    stack.enter_context(patch.object(compat, "freeze_schedule",
+                    stack.enter_context(patch.object(step_reading, "freeze_schedule",
                                                      lambda output, sched: ()))
                 if variant == "no freeze_output":
-                    stack.enter_context(patch.object(compat, "freeze_output", lambda o: ()))
+                    stack.enter_context(patch.object(step_reading, "freeze_output", lambda o: ()))
                 observer = NativeObserver(llm, timer).attach()
                 stack.callback(observer.detach)
                 if variant != "stamp only (no window)":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..readers.compare import FORMATS
+from ..readers.compare_render import FORMATS
 from ..run.options import percent
 from ..wire.contract import MIN_ROUNDS_FOR_NOISE
 from .terminal import EXIT_INVALID, EXIT_OK, EXIT_UNUSABLE, load_valid
@@ -33,7 +33,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from ..readers.compare import compare, render
+    from ..readers.compare import compare
+    from ..readers.compare_render import render
     from ..run.recollect import collect_command
     base, _ = load_valid(args.baseline)
     if base is None:

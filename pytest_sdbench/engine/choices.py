@@ -17,7 +17,8 @@ from typing import Any
 
 from ..wire.contract import REVISION_PATTERN
 from ..wire.points import KnownLimits
-from .compat import BLOCK_SIZE, engine_argument_names, refused_engine_argument
+from .compat import BLOCK_SIZE
+from .engine_args import engine_argument_names, refused_engine_argument
 from .model_pair import check_checkpoints, vllm_version
 from .placement import CpuListError, check_cpus
 from .presets import PRESETS

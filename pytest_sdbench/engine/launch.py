@@ -25,7 +25,7 @@ from ..wire.contract import FIRST_PROMPT_TOKEN, GENERATION_SAMPLING
 from ..wire.identity import ExecutionIdentity, KVCapacity
 from ..wire.model import CpuPlacement
 from ..wire.records import ObserverCost
-from . import compat, placement
+from . import compat, placement, serving, step_reading
 from .facts import resolve_identity, resolve_kv_capacity
 from .host import EngineRegistration
 from .spec import STALL_ENV, EngineSpec
@@ -128,13 +128,13 @@ class SdbenchEngine(EngineSurface):
         """Serve the prompts under the step watchdog; anything raised out of the engine
         (including KeyboardInterrupt and pytest-timeout's) marks it unusable and shuts it
         down before the exception goes on. `stop`: asked after every engine step; once it
-        holds, the requests still running are aborted (compat.generate_until) and only
+        holds, the requests still running are aborted (serving.generate_until) and only
         those that finished before have outputs."""
         self.check_usable()
         try:
             with StepWatchdog(self.llm, self.spec.stall_seconds):
                 if stop is not None:
-                    return compat.generate_until(self.llm, prompts, sampling_params, stop)
+                    return serving.generate_until(self.llm, prompts, sampling_params, stop)
                 return self.llm.generate([{"prompt_token_ids": p} for p in prompts],
                                          sampling_params, use_tqdm=False)
         except BaseException as exc:
@@ -149,7 +149,7 @@ class SdbenchEngine(EngineSurface):
         prompt = [(7 * i) % span + FIRST_PROMPT_TOKEN for i in range(PROBE_PROMPT_TOKENS)]
         params = SamplingParams(max_tokens=PROBE_MAX_TOKENS, **GENERATION_SAMPLING)
         (output,) = self.generate([prompt], params)
-        dispatcher = compat.graph_dispatcher(self.llm)
+        dispatcher = step_reading.graph_dispatcher(self.llm)
         return ServingProbe(tokens=tuple(output.outputs[0].token_ids),
                             scheduler_attrs=frozenset(vars(compat.scheduler(self.llm))),
                             worker_attrs=frozenset(vars(compat.worker(self.llm))),

@@ -154,8 +154,9 @@ def main(args) -> int:
 def _served(profile: Path, served: Path, args, modes) -> int:
     from ..run.profile import ProfileUnusable, read_profile
     from ..wire.files import out_dir_problem
-    from .served import ServedUnusable, read_manifest, served_results
+    from .served import read_manifest, served_results
     from .served_compare import compare, write
+    from .served_settings import ServedUnusable
     out = Path(args.out) if args.out else served
     try:
         artifact = read_profile(profile)

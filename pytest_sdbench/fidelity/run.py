@@ -32,7 +32,6 @@ from ..wire.model import Artifact, utc_now
 from .predict import Interpolator
 from .records import ServingRun
 from .report import (
-    CONSUMER,
     OURS,
     REPORT_KIND,
     build_figures,
@@ -132,10 +131,6 @@ class FidelityReport:
         """The error figures of one predictor and step kind (report.kind_figures)."""
         (model,) = self.figures["models"].values()
         return model[predictor][kind]
-
-    @property
-    def consumer_ran(self) -> bool:
-        return CONSUMER in next(iter(self.figures["models"].values()))
 
 
 def consumer_run(run: ServingRun) -> ConsumerRun:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict
 
-from ..engine import compat
+from ..engine import compat, serving
 from ..engine.host import HostMonitor
 from ..engine.launch import StepWatchdog
 from ..measure.observer import NativeObserver, TimingMissing
@@ -93,7 +93,7 @@ class Driver:
     def serve(self, workload: Workload, planned: list[PlannedRequest]) -> list[RequestRecord]:
         engine, llm = self.engine, self.engine.llm
         prompts = [engine.fresh_tokens(r.input_tokens) for r in planned]  # before the clock
-        params = [compat.streaming_params(r.output_tokens) for r in planned]
+        params = [serving.streaming_params(r.output_tokens) for r in planned]
         pending = deque(zip(planned, prompts, params, strict=True))
         live: dict[str, RequestRecord] = {}
         done: list[RequestRecord] = []
@@ -115,17 +115,17 @@ class Driver:
                 request, prompt, param = pending.popleft()
                 self._serial += 1
                 rid = f"sdbench-fidelity-{self._serial}"
-                compat.add_request(llm, rid, prompt, param)
+                serving.add_request(llm, rid, prompt, param)
                 live[rid] = RequestRecord(request.index, rid, request.input_tokens,
                                           request.output_tokens, arrival, clock() - t0)
             if not live:   # nothing in flight: wait for the next arrival
                 wait = (pending[0][0].arrival_seconds or 0.0) - (clock() - t0)
                 time.sleep(min(max(wait, 0.0), IDLE_WAIT_SECONDS))
                 continue
-            outputs = compat.engine_step(llm)
+            outputs = serving.engine_step(llm)
             t = clock() - t0
             for output in outputs:
-                rid, tokens, finished = compat.delivered(output)
+                rid, tokens, finished = serving.delivered(output)
                 record = live.get(rid)
                 if record is None:
                     continue

@@ -47,15 +47,8 @@ def main(args) -> int:
     from ..run.inputs import check_vllm_installed
     from ..run.options import InputError
     from ..run.profile import ProfileUnusable, check_device, read_profile
-    from .served import (
-        MANIFEST_FILE,
-        ServedOptions,
-        ServedUnusable,
-        ServingFailed,
-        check_options,
-        serve,
-        server_kwargs,
-    )
+    from .served import MANIFEST_FILE, ServingFailed, serve
+    from .served_settings import ServedOptions, ServedUnusable, check_options, server_kwargs
     profile, out = Path(args.profile), Path(args.out)
     options = ServedOptions(rates=tuple(args.rate), num_prompts=args.num_prompts,
                             input_len=args.input_len, output_len=args.output_len,

@@ -17,172 +17,19 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import replace
 
-from ..engine import compat
+from ..engine import compat, step_reading
 from ..wire.contract import Booking
-from ..wire.records import (
-    QueueSnapshot,
-    RejectionCorrection,
-    RequestSnapshot,
-    Snapshot,
-    TimingSample,
-)
+from .iteration import IterationRecord, Window
 
 STAMP_ATTR = "_sdbench_iteration_id"
-_SCHEDULED = compat.FrozenSchedule._fields.index("scheduled")   # an idle step's is empty
+_SCHEDULED = step_reading.FrozenSchedule._fields.index("scheduled")   # an idle step's is empty
 _UNSTAMPED = 0      # what an output without a stamp reads as (native ids start at 1)
 _ABSENT = object()  # the instance held no attribute of that name before attach()
 
 
 class TimingMissing(RuntimeError):
     """An iteration's timing sample never arrived."""
-
-
-class IterationRecord:
-    """One recorded iteration, built when its window is settled from the plain values the
-    hot path kept (the frozen schedule, the frozen output); the rows, the accepted counts,
-    the graph mode, the rejection corrections and the typed snapshot are derived from them
-    on first use."""
-    __slots__ = ("_cache", "booking", "dispatched_mode", "native_iteration_id",
-                 "outputs_in_flight", "raw_output", "raw_schedule", "timing")
-
-    def __init__(self, native_iteration_id: int, booking: Booking, raw_schedule: tuple):
-        self.native_iteration_id = native_iteration_id
-        self.booking = booking
-        self.raw_schedule = raw_schedule             # compat.freeze_schedule, at schedule()
-        self.raw_output: tuple | None = None         # compat.freeze_output, when it arrived
-        self.timing: TimingSample | None = None
-        self.dispatched_mode: object = None          # the V2 runner's raw dispatch mode
-        # earlier iterations whose output arrived while this one was in flight (async
-        # scheduling): this snapshot assumed their drafts were all accepted (None: none)
-        self.outputs_in_flight: list[IterationRecord] | None = None
-        self._cache: dict | None = None
-
-    def _derived(self, name: str, make):
-        if self._cache is None:
-            self._cache = {}
-        if name not in self._cache:
-            self._cache[name] = make()
-        return self._cache[name]
-
-    @property
-    def frozen(self) -> compat.FrozenSchedule:
-        return self._derived("frozen", lambda: compat.FrozenSchedule(*self.raw_schedule))
-
-    @property
-    def output(self) -> compat.FrozenOutput | None:
-        """The step's output as update_from_output() received it (None: never seen)."""
-        raw = self.raw_output
-        return None if raw is None else self._derived("output",
-                                                      lambda: compat.FrozenOutput(*raw))
-
-    @property
-    def rows(self) -> tuple[compat.ScheduledRow, ...]:
-        return self._derived("rows", lambda: compat.scheduled_rows(self.frozen))
-
-    @property
-    def queue(self) -> tuple[int, int]:
-        return self.frozen.waiting, self.frozen.running
-
-    @property
-    def total_scheduled_tokens(self) -> int:
-        return self.frozen.total_scheduled_tokens
-
-    @property
-    def accepted(self) -> dict[str, int] | None:
-        """Tokens gained per request, from the step's output (None: never seen)."""
-        output = self.output
-        return None if output is None else self._derived(
-            "accepted", lambda: compat.gained_tokens(output))
-
-    @property
-    def graph_mode(self) -> str | None:
-        """How the step ran: as its output reports it, else as the V2 runner dispatched
-        it; None when neither says."""
-        output = self.output
-        reported = None if output is None else compat.graph_mode_of_stats(output.graph_stats)
-        if reported is not None:
-            return reported
-        mode = self.dispatched_mode
-        return None if mode is None else compat.graph_mode_name(mode)
-
-    @property
-    def corrections(self) -> list[tuple[str, int, int, int]]:
-        """(request id, preemptions, from iteration id, rejected tokens): the drafts that
-        earlier in-flight iterations had rejected, booked against the same request and
-        preemption count."""
-        return self._derived("corrections", self._corrections)
-
-    def _corrections(self) -> list[tuple[str, int, int, int]]:
-        found = []
-        for done in self.outputs_in_flight or ():
-            drafted = {(r.request_id, r.preemptions): r.draft_tokens
-                       for r in done.rows if r.draft_tokens}
-            if not drafted:
-                continue
-            accepted = done.accepted or {}
-            for r in self.rows:
-                drafts = drafted.get((r.request_id, r.preemptions))
-                if not drafts:
-                    continue
-                rejected = drafts - max(accepted.get(r.request_id, 0) - 1, 0)
-                if rejected > 0:
-                    found.append((r.request_id, r.preemptions, done.native_iteration_id,
-                                  rejected))
-        return found
-
-    @property
-    def snapshot(self) -> Snapshot:
-        """The frozen workload, as the scheduler emitted it."""
-        return self._derived("snapshot", self._snapshot)
-
-    def _snapshot(self) -> Snapshot:
-        requests = tuple(RequestSnapshot(
-            request_id=r.request_id, prompt_tokens=int(r.prompt_tokens),
-            new_tokens=int(r.scheduled_tokens - r.draft_tokens), kv_tokens=int(r.computed_tokens),
-            draft_tokens=int(r.draft_tokens), preemptions=int(r.preemptions)) for r in self.rows)
-        return Snapshot(native_iteration_id=self.native_iteration_id,
-                        phase=Snapshot.phase_of(requests), booking=self.booking,
-                        requests=requests, queue=QueueSnapshot(*self.queue),
-                        total_scheduled_tokens=int(self.total_scheduled_tokens))
-
-    def corrected_snapshot(self) -> Snapshot:
-        """The snapshot with KV lengths corrected for drafts rejected by earlier in-flight
-        iterations; the frozen original is left as it was taken."""
-        if not self.corrections:
-            return self.snapshot
-        corrections = tuple(RejectionCorrection(*c) for c in self.corrections)
-        rejected: dict[tuple[str, int], int] = {}
-        for c in corrections:
-            key = (c.request_id, c.preemptions)
-            rejected[key] = rejected.get(key, 0) + c.rejected_tokens
-        requests = tuple(replace(r, kv_tokens=r.kv_tokens - rejected.get(
-            (r.request_id, r.preemptions), 0)) for r in self.snapshot.requests)
-        return replace(self.snapshot, requests=requests, corrections=corrections,
-                       phase=Snapshot.phase_of(requests))
-
-    def accepted_drafts(self, snapshot: Snapshot,
-                        full_depth: int | None = None) -> tuple[int, ...]:
-        """Draft tokens each drafting request of the step had accepted, from its output. A
-        step whose output the window never saw (under async scheduling, one scheduled for
-        requests that then finished) gives none; with full_depth, only requests that
-        verified that many drafts count (the last steps of a run may verify fewer)."""
-        accepted = self.accepted
-        if accepted is None:
-            return ()
-        return tuple(accepted[r.request_id] - 1 for r in snapshot.requests
-                     if r.draft_tokens and r.request_id in accepted
-                     and (full_depth is None or r.draft_tokens == full_depth))
-
-
-class Window:
-    """The iterations stamped while a window was open, joined once their timing arrived."""
-
-    def __init__(self, booking: Booking):
-        self.booking = booking
-        self.ids: list[int] = []
-        self.records: list[IterationRecord] = []
 
 
 class NativeObserver:
@@ -201,8 +48,8 @@ class NativeObserver:
         self.timer = timer
         self._ids = itertools.count(1)
         # the open window's iterations, by native ID (emptied when it is settled)
-        self._frozen: dict[int, tuple] = {}          # compat.freeze_schedule, at schedule()
-        self._outputs: dict[int, tuple] = {}         # compat.freeze_output, when it arrived
+        self._frozen: dict[int, tuple] = {}          # step_reading.freeze_schedule, at schedule()
+        self._outputs: dict[int, tuple] = {}         # step_reading.freeze_output, when it arrived
         self._modes: dict[int, object] = {}          # the V2 runner's raw dispatch mode
         self._earlier: dict[int, list[int]] = {}     # outputs that arrived while in flight
         self._awaiting_sample: deque[int | None] = deque()  # None: an untimed iteration
@@ -220,7 +67,7 @@ class NativeObserver:
         if self.attached:
             raise RuntimeError("observer already attached")
         sched, worker = compat.scheduler(self._llm), compat.worker(self._llm)
-        dispatcher = compat.graph_dispatcher(self._llm)
+        dispatcher = step_reading.graph_dispatcher(self._llm)
         self._wrap(sched, "schedule", lambda original: self._schedule(original, sched))
         self._wrap(sched, "update_from_output", self._update_from_output)
         self._wrap(worker, "execute_model",
@@ -304,7 +151,7 @@ class NativeObserver:
     # they use is bound once, when attach() builds them) -------------------------------
     def _schedule(self, original, sched):
         frozen, in_flight, ids = self._frozen, self._in_flight, self._ids
-        freeze = compat.freeze_schedule
+        freeze = step_reading.freeze_schedule
 
         def schedule(*args, **kwargs):
             output = original(*args, **kwargs)
@@ -387,7 +234,7 @@ class NativeObserver:
     def _update_from_output(self, original):
         frozen, outputs, earlier, in_flight = (self._frozen, self._outputs, self._earlier,
                                                self._in_flight)
-        freeze = compat.freeze_output
+        freeze = step_reading.freeze_output
 
         def update_from_output(scheduler_output, model_runner_output, *args, **kwargs):
             iid = getattr(scheduler_output, STAMP_ATTR, _UNSTAMPED)

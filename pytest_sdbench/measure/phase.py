@@ -20,7 +20,7 @@ from .result import PointState
 class Outcome:
     """One run of a point: the record whose time the warm-up reads and whose compiled shape
     it keys (the retained step, or the first of them), the run's steps and its outputs."""
-    record: Any                      # observer.IterationRecord
+    record: Any                      # iteration.IterationRecord
     steps: Sequence[Any] = field(default_factory=tuple)
     outputs: Any = None
 

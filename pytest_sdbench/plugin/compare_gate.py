@@ -60,7 +60,8 @@ class CompareGate:
         """Each artifact written in the run against the baseline; with
         --sdbench-compare-fail, a failed gate fails the session."""
         from ..artifact import validate_path
-        from ..readers.compare import compare, render
+        from ..readers.compare import compare
+        from ..readers.compare_render import render
         from ..run.recollect import collect_command
         base_path, base = self.baseline
         written, summary = self.written(), self.summary

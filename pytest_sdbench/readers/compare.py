@@ -36,13 +36,12 @@ judge, on a point missing from either side (skipped or outside its grid), on a s
 status is not complete, on a different mode, device, K or acceptance control, and on a side
 that ran contended (or whose run environment is unknown). Prefill and decode are summarised
 separately.
+
+What compare reads of each side is compare_sides.py's; its output, compare_render.py's.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import statistics
 from collections.abc import Callable
@@ -51,16 +50,22 @@ from dataclasses import dataclass, field, fields
 from ..wire.contract import (
     MEDIAN_SE_FACTOR,
     MIN_ROUNDS_FOR_NOISE,
-    PHASE_DECODE,
-    PHASE_PREFILL,
     PHASES,
     PINNED_Z,
-    REPEAT_ROUNDS,
-    STATUS_COMPLETE,
 )
 from ..wire.model import Artifact, PointSummary
-from ..wire.points import DecodePoint, PrefillPoint, point_label
+from ..wire.points import point_label
 from ..wire.rounds import CanarySpread
+from .compare_sides import (
+    Measured,
+    grid_points,
+    key_order,
+    measured_points,
+    same_order_seed,
+    side_problems,
+    skip_reasons,
+    typical_cv,
+)
 from .describe import canary_line, noise_judgeable, policy_line, repeat_policy
 
 # z of a point's noise bound (the module's docstring says why 4), and of the host canary's
@@ -71,7 +76,6 @@ HOST_Z = PINNED_Z
 # collection: 2-5% on a steady 2-core CI host; 22% was seen beside a same-code point +55%
 # whose canary medians agreed (-1.1%).
 HOST_STEADY_CV = 0.10
-FORMATS = ("text", "markdown", "csv", "json")
 
 OK, REGRESSED, IMPROVED = "within_noise", "regressed", "improved"
 HOST_SLOWER, NOISE_UNKNOWN = "host_slower", "noise_unknown"
@@ -101,11 +105,6 @@ class PointChange:
 
 
 COLUMNS = tuple(f.name for f in fields(PointChange))
-# The header of each column in text and markdown (csv and json use the names).
-LABELS = {"phase": "phase", "coordinates": "coordinates", "base_ms": "base ms",
-          "cand_ms": "cand ms", "base_samples": "base n", "cand_samples": "cand n",
-          "base_cv_pct": "base cv", "cand_cv_pct": "cand cv", "change_pct": "change",
-          "noise_pct": "noise", "noise_source": "from", "verdict": "verdict", "note": "note"}
 
 
 @dataclass(frozen=True)
@@ -224,71 +223,11 @@ class Comparison:
         return "FAIL: " + "; ".join(parts) + host
 
 
-def _key(phase: str, point) -> tuple:
-    if phase == PHASE_PREFILL:
-        return (phase, point.batch_size, point.new_tokens, point.cached_prefix_tokens)
-    return (phase, point.batch_size, point.context_tokens, point.draft_depth,
-            point.acceptance_length)
-
-
-@dataclass(frozen=True)
-class _Measured:
-    phase: str
-    point: PrefillPoint | DecodePoint
-    summary: PointSummary
-
-
-def _measured(a: Artifact) -> dict[tuple, _Measured]:
-    """Per point key: the point and the summary of its samples."""
-    points = {(p, i): pt for p in PHASES for i, pt in enumerate(getattr(a.grid, p))}
-    return {_key(s.phase, points[(s.phase, s.point_index)]):
-            _Measured(s.phase, points[(s.phase, s.point_index)], s)
-            for s in a.summaries if (s.phase, s.point_index) in points}
-
-
-def _grid_points(a: Artifact) -> dict[tuple, tuple[str, PrefillPoint | DecodePoint]]:
-    return {_key(phase, p): (phase, p) for phase in PHASES for p in getattr(a.grid, phase)}
-
-
-def _skip_reasons(a: Artifact) -> dict[tuple, str]:
-    reasons = {}
-    for s in a.coverage.skipped_points:
-        points = getattr(a.grid, s.phase)
-        if 0 <= s.point_index < len(points):
-            reasons[_key(s.phase, points[s.point_index])] = s.reason
-    return reasons
-
-
-def _order(key: tuple) -> tuple:
-    return (PHASES.index(key[0]), tuple(-1 if v is None else v for v in key[1:]))
-
-
-def _side_problems(label: str, a: Artifact) -> list[str]:
-    problems = []
-    if a.status != STATUS_COMPLETE:
-        problems.append(f"{label}: status {a.status} ({a.coverage.completed}/"
-                        f"{a.coverage.expected} points measured)")
-    env = a.environment
-    if env is None:
-        problems.append(f"{label}: no run environment recorded (legacy artifact), so "
-                        "contention is unknown")
-    elif env.contended:
-        problems.append(f"{label}: ran contended ({env.reason})")
-    return problems
-
-
 def median_noise(z: float, cv_b: float, n_b: int, cv_c: float, n_c: int) -> float:
     """The bound, relative to the median, of the change of two medians of n_b and n_c
     samples whose CVs are cv_b and cv_c: z * MEDIAN_SE_FACTOR * sqrt(cv_b^2/n_b +
     cv_c^2/n_c)."""
     return z * MEDIAN_SE_FACTOR * math.sqrt(cv_b ** 2 / n_b + cv_c ** 2 / n_c)
-
-
-def typical_cv(a: Artifact, phase: str) -> float | None:
-    """A phase's typical CV across rounds: the median over its points with enough rounds
-    (None: no such point)."""
-    cvs = [s.cv for s in a.summaries if s.phase == phase and s.samples >= MIN_ROUNDS_FOR_NOISE]
-    return statistics.median(cvs) if cvs else None
 
 
 def compare_hosts(base: CanarySpread | None, cand: CanarySpread | None) -> HostComparison:
@@ -312,17 +251,6 @@ def compare_hosts(base: CanarySpread | None, cand: CanarySpread | None) -> HostC
         for name, mb, cvb, mc, cvc in workloads), None, unsteady)
 
 
-def _same_order_seed(base: Artifact, cand: Artifact) -> str | None:
-    """A note when both sides drew their rounds' orders from one seed: they measured their
-    points in the same order, so a drift over a collection falls on the same points."""
-    seeds = [a.measurement_policy.order_seed for a in (base, cand)
-             if a.measurement_policy.repeat_order == REPEAT_ROUNDS]
-    if len(seeds) == 2 and seeds[0] is not None and seeds[0] == seeds[1]:
-        return (f"order: the baseline's seed ({seeds[0]}) too: both sides measured their "
-                "points in the same order; collect one with another --order-seed")
-    return None
-
-
 def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
             noise_floor_pct: float | None = None, base_name: str = "baseline",
             cand_name: str = "candidate",
@@ -333,10 +261,10 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
     result = Comparison(base_name, cand_name, fail_above_pct, noise_floor_pct,
                         compare_hosts(base.host_canary, cand.host_canary))
     sides = (("baseline", base), ("candidate", cand))
-    result.problems += _side_problems("baseline", base) + _side_problems("candidate", cand)
+    result.problems += side_problems("baseline", base) + side_problems("candidate", cand)
     result.sides = {side: [repeat_policy(a), policy_line(a), canary_line(a.host_canary)]
                     for side, a in sides}
-    same_order = _same_order_seed(base, cand)
+    same_order = same_order_seed(base, cand)
     if same_order:
         result.sides["candidate"].append(same_order)
     for name, b, c in (("mode", base.mode, cand.mode), ("device", base.device, cand.device),
@@ -354,10 +282,10 @@ def compare(base: Artifact, cand: Artifact, fail_above_pct: float = 0.0,
                                      for side, cv in by_side.items()}
                              for phase, by_side in typical.items()}
     rule = _Rule(fail_above_pct, noise_floor_pct, not unjudged, result.host.slowdown_pct)
-    measured_b, measured_c = _measured(base), _measured(cand)
-    grid = {**_grid_points(cand), **_grid_points(base)}
-    skipped = {"baseline": _skip_reasons(base), "candidate": _skip_reasons(cand)}
-    for key in sorted(set(grid) | set(measured_b) | set(measured_c), key=_order):
+    measured_b, measured_c = measured_points(base), measured_points(cand)
+    grid = {**grid_points(cand), **grid_points(base)}
+    skipped = {"baseline": skip_reasons(base), "candidate": skip_reasons(cand)}
+    for key in sorted(set(grid) | set(measured_b) | set(measured_c), key=key_order):
         mb, mc = measured_b.get(key), measured_c.get(key)
         phase, point = grid.get(key) or next((m.phase, m.point) for m in (mb, mc) if m)
         label = point_label(point)
@@ -383,10 +311,10 @@ class _Rule:
     host_slack_pct: float   # the candidate host's slowdown (0: not slower)
 
 
-def _missing(phase: str, label: str, mb: _Measured | None, mc: _Measured | None,
+def _missing(phase: str, label: str, mb: Measured | None, mc: Measured | None,
              why: str) -> PointChange:
     """A point measured on one side only."""
-    def ms(m: _Measured | None) -> float | None:
+    def ms(m: Measured | None) -> float | None:
         return None if m is None else 1e3 * m.summary.median_seconds
     return PointChange(phase, label, ms(mb), ms(mc), 0 if mb is None else mb.summary.samples,
                        0 if mc is None else mc.summary.samples, None, None, None, None,
@@ -447,111 +375,3 @@ def _cannot_judge(unjudged: dict[str, str], artifacts: dict[str, Artifact],
             f"{MIN_ROUNDS_FOR_NOISE} or more (rounds, the default order), e.g. {again} (with "
             "the --grid it was collected with, if any); or state the noise with --noise-floor "
             "PCT")
-
-
-# ---- output ---------------------------------------------------------------------------
-
-def noise_rule(c: Comparison) -> list[str]:
-    """The rules this comparison applied, in words (every format states them)."""
-    floor = "" if c.noise_floor_pct is None else (
-        f"; --noise-floor {c.noise_floor_pct:g}%: the least noise, and the noise of a point "
-        "without enough rounds")
-    return [f"noise rule: with >= {MIN_ROUNDS_FOR_NOISE} rounds on both sides, noise = "
-            f"z * {MEDIAN_SE_FACTOR:.4f} * sqrt(cv_b^2/n_b + cv_c^2/n_c), z = {NOISE_Z:g} "
-            f"(a one-sided normal tail of {_tail(NOISE_Z):.1e} a point: 100 unchanged points "
-            f"fail together {100 * (1 - (1 - _tail(NOISE_Z)) ** 100):.1f}% of the time), "
-            "each cv the point's CV across rounds, at least its phase's typical CV (median "
-            f"over the phase's points){floor}",
-            f"verdict rule: regressed when slower than max(noise, --fail-above "
-            f"{c.fail_above_pct:g}%) plus the candidate host's slowdown ({HOST_SLOWER} within "
-            f"that slowdown); the host ran slower when its canary's median did beyond "
-            f"z = {HOST_Z:.2f} by the same rule over the canary's readings"]
-
-
-def _tail(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def _fmt(value, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def cell(p: PointChange, column: str) -> str:
-    """A point's column as text and markdown print it."""
-    value = getattr(p, column)
-    if value is None:
-        return "-"
-    if column == "change_pct":
-        return f"{value:+.1f}%"
-    if column in ("noise_pct", "base_cv_pct", "cand_cv_pct"):
-        return f"{value:.1f}%"
-    return _fmt(value)
-
-
-def _typical(c: Comparison, phase: str) -> str:
-    cv = c.typical_cv_pct.get(phase, {})
-    shown = ", ".join(f"{side} {'-' if v is None else f'{v:.1f}%'}" for side, v in cv.items())
-    return f"typical CV across rounds: {shown}"
-
-
-def render(c: Comparison, fmt: str = "text") -> str:
-    if fmt == "json":
-        return json.dumps({"verdict": "fail" if c.failed else "pass",
-                           "baseline": c.baseline, "candidate": c.candidate,
-                           "fail_above_pct": c.fail_above_pct,
-                           "noise_floor_pct": c.noise_floor_pct, "noise_z": NOISE_Z,
-                           "noise_rule": noise_rule(c), "host": c.host.as_dict(),
-                           "host_line": c.host.line(), "sides": c.sides,
-                           "problems": c.problems,
-                           "phases": {p: c.phase_summary(p) for p in (PHASE_PREFILL,
-                                                                       PHASE_DECODE)},
-                           "points": [{col: getattr(p, col) for col in COLUMNS}
-                                      for p in c.points],
-                           "verdict_line": c.verdict_line()}, indent=1)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(COLUMNS)
-        for p in c.points:
-            writer.writerow([_fmt(getattr(p, col)) if col.endswith(("_ms", "_pct"))
-                             else getattr(p, col) for col in COLUMNS])
-        blank = [""] * (len(COLUMNS) - 3)
-        writer.writerow(["host", *blank, HOST_SLOWER if c.host.slowdown_pct > 0
-                         else "host", c.host.line()])
-        for problem in c.problems:
-            writer.writerow(["gate", *blank, "problem", problem])
-        return out.getvalue().rstrip("\n")
-    md = fmt == "markdown"
-    columns = [col for col in COLUMNS if col != "phase"]
-    header = [LABELS[col] for col in columns]
-    lines = [f"{'## ' if md else ''}sdbench compare: {c.baseline} -> {c.candidate}", ""]
-    for side, said in c.sides.items():
-        lines += [f"{'- ' if md else ''}{side} {line}" for line in said]
-    lines += [f"{'- ' if md else ''}{c.host.line()}", ""]
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
-        rows = [p for p in c.points if p.phase == phase]
-        if not rows:
-            continue
-        s = c.phase_summary(phase)
-        median = "-" if s["median_change_pct"] is None else f"{s['median_change_pct']:+.1f}%"
-        lines.append(f"{'### ' if md else ''}{phase}: {s['compared']}/{s['points']} points "
-                     f"compared, median change {median}, {s['regressed']} regressed, "
-                     f"{s['improved']} improved, {s['host_slower']} {HOST_SLOWER}, "
-                     f"{s['missing']} missing; {_typical(c, phase)}")
-        cells = [[cell(p, col) for col in columns] for p in rows]
-        if md:
-            lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(row) + " |" for row in cells]
-        else:
-            widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
-            for row in [header, *cells]:
-                lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths,
-                                                                   strict=True)).rstrip())
-        lines.append("")
-    lines += noise_rule(c)
-    for problem in c.problems:
-        lines.append(f"{'- ' if md else '  '}problem: {problem}")
-    lines.append(("**" if md else "") + c.verdict_line() + ("**" if md else ""))
-    return "\n".join(lines)

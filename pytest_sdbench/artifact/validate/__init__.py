@@ -11,6 +11,7 @@ artifact also states (the device against its name, backend and graph modes; the 
 against their steps; the grid against the KV capacity; ...), so that a forgery that
 changes one fact coherently, digests recomputed, still contradicts another.
 
-One module per rule section, each importing only helpers (what they share); report runs
-them all: helpers, header, identity, kv, grid, environment, observations, summaries, report.
+One module per rule section, each importing only helpers (what they share), observations
+also by_phase (the rules of each phase's steps); report runs them all: helpers, header,
+identity, kv, grid, environment, observations, by_phase, summaries, report.
 """
