@@ -1,7 +1,7 @@
 """The artifact contract: model, builder, atomic store, fail-closed validator, legacy
 readers and the published JSON Schema."""
 
-from ..wire.contract import SWEEP_INDEX_KIND
+from ..wire.contract import PHASES, SWEEP_INDEX_KIND
 from .store import UnusableArtifact, read_json
 from .validate.report import DEFAULT_K_WINDOW, Report, validate_data
 
@@ -19,7 +19,7 @@ def check_claims_an_artifact(data: dict, path) -> None:
     if "kind" in data or "schema_version" in data:
         return
     grid = " (a grid manifest: `sdbench collect --grid` reads it)" if \
-        {"prefill", "decode"} & set(data) else ""
+        set(PHASES) & set(data) else ""
     raise UnusableArtifact(f"{path}: not an artifact{grid}; it has neither 'kind' nor "
                            "'schema_version'")
 

@@ -12,10 +12,7 @@ from ..wire.contract import (
     CANARY_WORKLOAD,
     MEDIAN_INTERVAL,
     PACKAGE_NAME,
-    PHASE_DECODE,
-    PHASE_PREFILL,
-    PHASES_BY_MODE,
-    POLICY_BY_PHASE,
+    PHASES,
     REPEAT_ROUNDS,
     SCHEMA_VERSION,
     SPEC_METHOD_EAGLE3,
@@ -29,6 +26,7 @@ from ..wire.contract import (
     WARMUP_BOUNDS,
     WARMUP_RULE,
     Status,
+    policies_for,
 )
 from ..wire.model import (
     Artifact,
@@ -64,12 +62,10 @@ def status_of(expected: int, completed: int, finished: bool = True) -> Status:
 
 
 def measurement_policy(mode: str, repeats: int, ranks: int, repeat_order: str = REPEAT_ROUNDS,
-                       order_seed: int | None = None,
-                       until_pinned: UntilPinned | None = None) -> MeasurementPolicy:
-    phases = PHASES_BY_MODE[mode]
+                       order_seed: int | None = None, until_pinned: UntilPinned | None = None,
+                       mixed_points: bool = False) -> MeasurementPolicy:
     return MeasurementPolicy(
-        prefill=POLICY_BY_PHASE[PHASE_PREFILL] if PHASE_PREFILL in phases else None,
-        decode=POLICY_BY_PHASE[PHASE_DECODE] if PHASE_DECODE in phases else None,
+        **policies_for(mode, mixed_points),  # type: ignore[arg-type]
         repeats=repeats, repeat_order=repeat_order,  # type: ignore[arg-type]
         order_seed=order_seed, until_pinned=until_pinned,
         warmup=WarmupPolicy(WARMUP_RULE, *WARMUP_BOUNDS[WARMUP_RULE]),
@@ -79,10 +75,10 @@ def measurement_policy(mode: str, repeats: int, ranks: int, repeat_order: str = 
 
 def summaries(result) -> tuple[PointSummary, ...]:
     out: list[PointSummary] = []
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         for i, obs in sorted(samples_by_point(getattr(result, phase)).items()):
             seconds = [sample.seconds for sample in obs]
-            out.append(summarize(phase, i, seconds,
+            out.append(summarize(phase, i, seconds,  # type: ignore[arg-type]
                                  stop_rule(seconds, result.repeats, result.until_pinned),
                                  point_canary_spread(result.rounds, [o.round for o in obs])))
     return tuple(out)
@@ -108,7 +104,8 @@ def build_artifact(result, engine, environment: RunEnvironment, worker: str | No
                           python_version=platform.python_version(), worker=worker),
         measurement_policy=measurement_policy(result.mode, result.repeats,
                                               len(kv.rank_num_blocks), result.repeat_order,
-                                              result.order_seed, result.until_pinned),
+                                              result.order_seed, result.until_pinned,
+                                              bool(result.grid.mixed)),
         sampling=Sampling(**result.sampling),
         speculative=Speculative(method=SPEC_METHOD_EAGLE3, draft_depth=engine.spec.draft_depth,
                                 acceptance_control=engine.acceptance_control,
@@ -117,7 +114,7 @@ def build_artifact(result, engine, environment: RunEnvironment, worker: str | No
         environment=environment, grid=result.grid,
         coverage=Coverage(expected=expected, completed=result.completed,
                           skipped=len(result.skipped), skipped_points=tuple(result.skipped)),
-        prefill=tuple(result.prefill), decode=tuple(result.decode),
+        prefill=tuple(result.prefill), decode=tuple(result.decode), mixed=tuple(result.mixed),
         summaries=points, rounds=tuple(result.rounds),
         observer_cost=getattr(engine, "observer_cost", None),
         host_canary=canary_spread(CANARY_WORKLOAD, canary_readings(result.rounds)),

@@ -15,8 +15,7 @@ from ..wire.contract import (
     DEVICE_CPU,
     LEGACY_SCHEMA_VERSIONS,
     MIN_PINNED_ROUNDS,
-    PHASE_DECODE,
-    PHASE_PREFILL,
+    PHASES,
     PHASES_BY_MODE,
     PINNED_CONFIDENCE,
     REPEAT_BACK_TO_BACK,
@@ -50,7 +49,7 @@ def check_samples(a: Artifact, err: Err) -> None:
     """Each point's samples are numbered 0..n-1 in the order of their rounds, one per round,
     and n is what its rule asks: no sample past the point where the rule stopped it."""
     policy = a.measurement_policy
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         for index, obs in sorted(samples_by_point(getattr(a, phase)).items()):
             where = f"{phase}: point {index}"
             repeats = [o.repeat for o in obs]
@@ -135,7 +134,7 @@ def _check_back_to_back(a: Artifact, err: Err) -> None:
 
 
 def _observations(a: Artifact):
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         for i, obs in enumerate(getattr(a, phase)):
             yield phase, i, obs
 
@@ -169,9 +168,9 @@ def _check_membership(a: Artifact, err: Err) -> None:
     policy = a.measurement_policy
     skipped = {PointRef(s.phase, s.point_index) for s in a.coverage.skipped_points}
     members = [set(r.order) for r in a.rounds]
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         for index, obs in sorted(samples_by_point(getattr(a, phase)).items()):
-            ref = PointRef(phase, index)
+            ref = PointRef(phase, index)  # type: ignore[arg-type]
             if ref in skipped:
                 continue   # reported by the coverage rules
             taken = {o.round: o.seconds for o in obs}

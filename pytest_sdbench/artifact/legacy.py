@@ -18,6 +18,10 @@ are checked on the document as written, before anything is filled in.
   right after its warm-up; no rounds, no host canary, no CPU placement. Read as the
   back_to_back policy with no rounds recorded (their order and the host's speed are
   unknown, and stay so); each summary gains the fields derived from its samples.
+- schema_version 5, "v5-first-decode-step": decode retained the transient first decode step
+  (steady_step); no GPU clock; the median's interval the normal one.
+- schema_version 6, "v6-two-phases": prefill and decode only; no mixed phase (no mixed
+  points, observations or policy).
 
 A label must fit the document: a document holding a field that a later schema_version
 introduced (FIELDS_INTRODUCED) is not of the version it claims, and is refused, never
@@ -87,6 +91,7 @@ FIELDS_INTRODUCED: dict[int, tuple[str, ...]] = {
         "summaries[].median_half_width", "summaries[].stop", "summaries[].canary_spread",
         "environment.cpu_placement", "rounds", "host_canary", "observer_cost"),
     6: ("prefill[].gpu_clock", "decode[].gpu_clock", "measurement_policy.median_interval"),
+    7: ("mixed", "grid.mixed", "measurement_policy.mixed"),
 }
 
 
@@ -287,6 +292,15 @@ def _v5_to_v6(data: dict) -> None:
                 obs.setdefault("gpu_clock", None)
 
 
+def _v6_to_v7(data: dict) -> None:
+    """No mixed phase before v7: no mixed point, observation or policy."""
+    data.setdefault("mixed", [])
+    for name in ("grid", "measurement_policy"):
+        block = data.get(name)
+        if isinstance(block, dict):
+            block.setdefault("mixed", [] if name == "grid" else None)
+
+
 def upgrade(data: dict) -> tuple[dict, str]:
     """The current shape of a legacy artifact, and its legacy marker. Raises LegacyError when
     the document does not fit its label, ValueError when its digests do not fit it. Fields
@@ -307,7 +321,9 @@ def upgrade(data: dict) -> tuple[dict, str]:
         _v3_to_v4(data)
     if version < 5:
         _v4_to_v5(data)
-    _v5_to_v6(data)
+    if version < 6:
+        _v5_to_v6(data)
+    _v6_to_v7(data)
     data["schema_version"] = SCHEMA_VERSION
     # The upgrade filled in fields; the raw digests were checked above.
     data["integrity"] = dict(data["integrity"], identity_digest=digest(data["identity"]),

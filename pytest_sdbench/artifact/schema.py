@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 
 from ..wire import typed
-from ..wire.contract import ARTIFACT_KIND, SCHEMA_VERSION
+from ..wire.contract import ARTIFACT_KIND, PHASES, SCHEMA_VERSION
 from ..wire.model import Artifact
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
@@ -44,7 +44,7 @@ def load() -> dict:
 # The observation lists of a long artifact are checked in worker processes, in slices: the
 # published schema over the planning profile's 8,625 observations takes 20-28 s in one
 # process (scripts/checkpoint-cost.py), most of what the end of a collection adds.
-ROWS = ("prefill", "decode")   # the artifact's observation lists
+ROWS = PHASES   # the artifact's observation lists, one a phase
 ROWS_PER_WORKER = 1000         # fewer observations a worker than this: not worth a process
 MAX_WORKERS = 8
 _WORKER = "pytest_sdbench.artifact.schema_rows"   # python -m: one slice, from stdin

@@ -20,7 +20,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from ..wire import typed
-from ..wire.contract import MAX_ARTIFACT_BYTES, MAX_JSON_DEPTH
+from ..wire.contract import MAX_ARTIFACT_BYTES, MAX_JSON_DEPTH, PHASES
 from ..wire.files import atomic_write_text
 
 
@@ -29,7 +29,7 @@ class UnusableArtifact(ValueError):
     hostile (too large, too deep, duplicate keys)."""
 
 
-_ROWS = ("prefill", "decode")   # the artifact's observation lists: a line an observation
+_ROWS = PHASES   # the artifact's observation lists: a line an observation
 _STAND_IN = "\x00rows:"         # a list's place while the rest is encoded
 
 

@@ -141,6 +141,21 @@ class SdbenchEngine(EngineSurface):
             self.fail(exc)
             raise
 
+    def generate_admitting(self, prompts: list[list[int]], sampling_params,
+                           later: list[list[int]], later_params, admit: Callable[[], bool],
+                           done: Callable[[list[str]], bool]) -> tuple[list[str], list[str]]:
+        """A run of `prompts` into which `later` is added once admit() holds, stopped once
+        done(later's ids) holds (serving.generate_admitting), under the step watchdog; a
+        failure marks the engine unusable as generate()'s does. The internal ids of both."""
+        self.check_usable()
+        try:
+            with StepWatchdog(self.llm, self.spec.stall_seconds):
+                return serving.generate_admitting(self.llm, prompts, sampling_params, later,
+                                                  later_params, admit, done)
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+
     def probe(self) -> ServingProbe:
         """Serve one ordinary greedy request and note the engine's installed attributes."""
         from vllm import SamplingParams

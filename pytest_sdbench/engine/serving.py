@@ -42,6 +42,32 @@ def generate_until(llm, prompts: list[list[int]], params, stop) -> list:
     return sorted(finished, key=lambda o: int(o.request_id))
 
 
+def generate_admitting(llm, prompts: list[list[int]], params, later: list[list[int]],
+                       later_params, admit, done, most_steps: int = 64
+                       ) -> tuple[list[str], list[str]]:
+    """A run of `prompts` into which `later` is added once `admit()` holds (asked between
+    engine steps: the scheduler admits them in its next step, under sync and async
+    scheduling alike); the engine is stepped until `done(later's ids)` holds, then every
+    request is aborted and the engine stepped until idle (core_idle). A run that never
+    admits, or never gets done, stops after `most_steps` steps (its records then say
+    what happened). Returns the internal ids of `prompts` and of `later`."""
+    engine = llm.llm_engine
+    ids = llm.enqueue([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    steps = 0
+    while not admit() and steps < most_steps and engine.has_unfinished_requests():
+        engine.step()
+        steps += 1
+    later_ids = llm.enqueue([{"prompt_token_ids": p} for p in later], later_params,
+                            use_tqdm=False)
+    while not done(later_ids) and steps < most_steps and engine.has_unfinished_requests():
+        engine.step()
+        steps += 1
+    engine.abort_request([*ids, *later_ids], internal=True)   # enqueue gives internal ids
+    while engine.has_unfinished_requests() or not core_idle(llm):
+        engine.step()
+    return list(ids), list(later_ids)
+
+
 def core_idle(llm) -> bool:
     """The engine core holds no unfinished request and no batch in flight (the ids of
     finished ones may wait for its next schedule, as after LLM.generate)."""

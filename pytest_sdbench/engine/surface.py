@@ -213,6 +213,12 @@ class InProcessEngine(Engine, Protocol):
     def generate(self, prompts: list[list[int]], sampling_params: Any,
                  stop: Callable[[], bool] | None = None) -> Any: ...
 
+    def generate_admitting(self, prompts: list[list[int]], sampling_params: Any,
+                           later: list[list[int]], later_params: Any,
+                           admit: Callable[[], bool],
+                           done: Callable[[list[str]], bool]) -> tuple[list[str], list[str]]:
+        ...
+
 
 def in_process(engine: Engine) -> TypeGuard[InProcessEngine]:
     """The engine runs here (not collects_on_ranks): the collection runs in this process."""

@@ -110,6 +110,18 @@ class NativeObserver:
         frozen = self._frozen
         return sum(1 for iid in self._outputs if frozen[iid][_SCHEDULED])
 
+    def steps_scheduled(self) -> int:
+        """The open window's steps that scheduled work, their output come or not (under
+        async scheduling one step more than steps_done: the step in flight)."""
+        return sum(1 for raw in self._frozen.values() if raw[_SCHEDULED])
+
+    def output_seen(self, request_ids) -> bool:
+        """Whether the output of a step of the open window that scheduled one of these
+        requests has arrived."""
+        frozen = self._frozen
+        return any(any(r in frozen[iid][_SCHEDULED] for r in request_ids)
+                   for iid in self._outputs)
+
     def _take_kept(self) -> tuple[dict, dict, dict, dict]:
         """What the wrappers kept for the window (frozen schedules, outputs, graph modes,
         in-flight links), taken out: the wrappers' own state is left empty. Only at idle,

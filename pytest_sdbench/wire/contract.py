@@ -64,6 +64,15 @@ POLICY_SINGLE_STEP, POLICY_STEADY_STEP, POLICY_SETTLED_STEPS, POLICY_MIXED_STEP 
     get_args(Policy)
 POLICY_BY_PHASE = {PHASE_PREFILL: POLICY_SINGLE_STEP, PHASE_DECODE: POLICY_SETTLED_STEPS,
                    PHASE_MIXED: POLICY_MIXED_STEP}
+
+
+def policies_for(mode: str, mixed_points: bool) -> dict[str, str | None]:
+    """The policy an artifact states for each phase: the mode's prefill and decode phases
+    their policy; the mixed phase where the mode takes it and the grid holds mixed points
+    (agg stays two-phase for the consumer unless mixed points were asked for)."""
+    phases = PHASES_BY_MODE[mode]
+    return {phase: POLICY_BY_PHASE[phase] if phase in phases
+            and (phase != PHASE_MIXED or mixed_points) else None for phase in PHASES}
 POLICY_DESCRIPTIONS = {
     POLICY_SINGLE_STEP: "one step whose shape equals the point",
     POLICY_STEADY_STEP: "the first decode step after admission (a transient a request runs "

@@ -1,7 +1,7 @@
 """The rules of each phase's observations: a prefill step's prefix seeding (its regime
-against its point, verified cache hits), a decode step's acceptance and retained step, and
+against its point, verified cache hits), a decode step's acceptance and retained step,
 settled_steps' runs (consecutive steps of one run, each context grown by what the step
-before computed)."""
+before computed), and a mixed step's two kinds of request."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from ...wire.contract import (
     KV_SEED_NONE,
     KV_SEED_REAL,
     KV_SEED_REGIMES,
+    MIXED_STEP_INDEX,
     POLICY_SETTLED_STEPS,
     SETTLED_FIRST_STEP,
     SETTLED_STEPS,
     STEADY_STEP_INDEX,
 )
 from ...wire.model import Artifact, DecodeObservation
-from ...wire.shape import decode_mismatch, prefill_mismatch
+from ...wire.shape import decode_mismatch, mixed_mismatch, prefill_mismatch
 from .helpers import Err, older_than
 
 
@@ -77,6 +78,36 @@ def check_decode(a: Artifact, obs, where: str, err: Err, legacy) -> None:
         if not math.isclose(obs.observed_acceptance_length, mean, abs_tol=1e-9):
             err(f"{where}.observed_acceptance_length: {obs.observed_acceptance_length} != "
                 f"1 + mean(accepted_tokens) = {mean}")
+
+
+def check_mixed(obs, where: str, err: Err) -> None:
+    """mixed_step: the planned run step, exactly the point's two kinds of request
+    (wire.shape.mixed_mismatch: the counts, each prefill whole in the step, each decode 1 +
+    K at its context, the token sum); its decodes' accepted drafts and its prefills' cache
+    hits fit them."""
+    point = obs.point
+    if obs.step_index != MIXED_STEP_INDEX:
+        err(f"{where}.step_index: mixed_step retains run step {MIXED_STEP_INDEX} (the first "
+            f"settled step of the decode batch, where the prefills are admitted), got "
+            f"{obs.step_index}")
+    else:
+        mismatch = mixed_mismatch(point, obs.snapshot, obs.step_index)
+        if mismatch:
+            err(f"{where}.snapshot: {mismatch}")
+    accepted = obs.accepted_tokens
+    if len(accepted) != point.decode_batch_size:
+        err(f"{where}.accepted_tokens: {len(accepted)} entries for decode_batch_size "
+            f"{point.decode_batch_size}")
+    for j, n in enumerate(accepted):
+        if not 0 <= n <= point.draft_depth:
+            err(f"{where}.accepted_tokens[{j}]: {n} is outside [0, {point.draft_depth}]")
+    prefix, regime = point.cached_prefix_tokens, obs.kv_seed_regime
+    if regime not in (KV_SEED_NONE, KV_SEED_REAL) or (prefix == 0) != (regime == KV_SEED_NONE):
+        err(f"{where}.kv_seed_regime: {regime!r} does not fit cached_prefix_tokens {prefix}")
+    if len(obs.cache_hit_tokens) != point.prefill_batch_size or \
+            any(h != prefix for h in obs.cache_hit_tokens):
+        err(f"{where}.cache_hit_tokens: {list(obs.cache_hit_tokens)}; each of "
+            f"{point.prefill_batch_size} prefills is verified as a hit of {prefix} tokens")
 
 
 def check_settled_items(observations, err: Err) -> None:

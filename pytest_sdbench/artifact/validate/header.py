@@ -10,10 +10,6 @@ from ...wire.contract import (
     MEDIAN_INTERVAL,
     MEDIAN_NORMAL_Z,
     PACKAGE_NAME,
-    PHASE_DECODE,
-    PHASE_PREFILL,
-    PHASES_BY_MODE,
-    POLICY_BY_PHASE,
     POLICY_SETTLED_STEPS,
     POLICY_STEADY_STEP,
     STEP_TIME_SINGLE_RANK,
@@ -22,6 +18,7 @@ from ...wire.contract import (
     WARMUP_RULE,
     WARMUP_RULES_SINCE_V4,
     WARMUP_SINGLE_PASS,
+    policies_for,
 )
 from ...wire.model import Artifact, parse_utc
 from .helpers import Err, older_than, resolved, resolved_int
@@ -58,15 +55,14 @@ def check_header(a: Artifact, err: Err, legacy) -> None:
 
 
 def check_policy(a: Artifact, err: Err, legacy) -> None:
-    phases = PHASES_BY_MODE[a.mode]
     policy = a.measurement_policy
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
-        want = POLICY_BY_PHASE[phase] if phase in phases else None
-        if want == POLICY_SETTLED_STEPS and older_than(legacy, 6):
-            want = POLICY_STEADY_STEP   # before v6 decode retained the first decode step
-        if getattr(policy, phase) != want:
-            err(f"measurement_policy.{phase}: expected {want!r} for mode {a.mode!r}, "
-                f"got {getattr(policy, phase)!r}")
+    for phase, stated in policies_for(a.mode, bool(a.grid.mixed)).items():
+        if stated == POLICY_SETTLED_STEPS and older_than(legacy, 6):
+            stated = POLICY_STEADY_STEP   # before v6 decode retained the first decode step
+        if getattr(policy, phase) != stated:
+            err(f"measurement_policy.{phase}: expected {stated!r} for mode {a.mode!r}"
+                f"{' with mixed points' if a.grid.mixed else ''}, got "
+                f"{getattr(policy, phase)!r}")
     if policy.repeats < 1:
         err(f"measurement_policy.repeats: must be >= 1, got {policy.repeats}")
     interval = MEDIAN_NORMAL_Z if older_than(legacy, 6) else MEDIAN_INTERVAL

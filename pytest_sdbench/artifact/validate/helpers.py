@@ -10,8 +10,7 @@ from ...wire.contract import (
     GPU_NAME_PREFIXES,
     IDENTITY_RESOLVED,
     LEGACY_SCHEMA_VERSIONS,
-    PHASE_DECODE,
-    PHASE_PREFILL,
+    PHASES,
     STEP_SECONDS_MAX,
     STEP_SECONDS_MIN,
 )
@@ -46,7 +45,7 @@ def is_gpu_name(name: str) -> bool:
 
 
 def all_observations(a: Artifact):
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         for i, obs in enumerate(getattr(a, phase)):
             yield phase, i, obs
 

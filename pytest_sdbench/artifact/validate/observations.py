@@ -1,6 +1,7 @@
 """The observation rules: each step against its grid point, its snapshot, its timing and
 provenance, its GPU clock and its warm-up; the rules of each phase (a prefill step's prefix
-seeding, a decode step's acceptance, settled_steps' runs) are by_phase's."""
+seeding, a decode step's acceptance, settled_steps' runs, a mixed step's two kinds of
+request) are by_phase's."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from ...wire.contract import (
     GRAPH_MODES,
     GRAPH_MODES_BY_DEVICE,
     PHASE_DECODE,
+    PHASE_MIXED,
     PHASE_PREFILL,
+    PHASES,
     PHASES_BY_MODE,
     POLICY_SETTLED_STEPS,
     SOURCE_FOR_DEVICE,
@@ -36,14 +39,14 @@ from ...wire.contract import (
 from ...wire.model import Artifact
 from ...wire.points import capture_sizes, compiled_shape
 from ...wire.records import GpuClock, Snapshot
-from .by_phase import check_decode, check_prefill, check_settled_items
+from .by_phase import check_decode, check_mixed, check_prefill, check_settled_items
 from .helpers import Err, is_real_step, older_than, resolved, resolved_int
 
 # ---- observations ------------------------------------------------------------------------
 
 def check_observations(a: Artifact, err: Err, legacy) -> None:
     seen_ids: dict[int, str] = {}
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         observations, points = getattr(a, phase), getattr(a.grid, phase)
         if observations and phase not in PHASES_BY_MODE[a.mode]:
             err(f"{phase}: mode {a.mode!r} measures no {phase} points, yet "
@@ -141,6 +144,8 @@ def _check_observation(a: Artifact, phase, obs, where, points, err: Err, legacy)
     _check_clock(a, obs, where, err, legacy)
     if phase == PHASE_PREFILL:
         check_prefill(obs, where, err, legacy)
+    elif phase == PHASE_MIXED:
+        check_mixed(obs, where, err)
     else:
         check_decode(a, obs, where, err, legacy)
 

@@ -11,8 +11,7 @@ from ...wire.contract import (
     CLOCK_SLACK_SECONDS,
     MEASURED_SUM_REL_TOL,
     OBSERVER_COST_METHOD,
-    PHASE_DECODE,
-    PHASE_PREFILL,
+    PHASES,
     STATUS_COMPLETE,
 )
 from ...wire.model import Artifact, parse_utc, summarize
@@ -26,7 +25,7 @@ def check_summaries(a: Artifact, err: Err) -> None:
     """One summary per observed point, equal to wire.model.summarize of its samples (in the
     order taken), with the stop its rule gives and the canary spread of its rounds."""
     policy = a.measurement_policy
-    samples = {(phase, index): obs for phase in (PHASE_PREFILL, PHASE_DECODE)
+    samples = {(phase, index): obs for phase in PHASES
                for index, obs in samples_by_point(getattr(a, phase)).items()}
     seen: dict[tuple[str, int], int] = {}
     for k, s in enumerate(a.summaries):
@@ -128,7 +127,7 @@ def check_coverage(a: Artifact, err: Err) -> None:
     cov = a.coverage
     expected = len(a.grid)
     observed = {phase: {o.point_index for o in getattr(a, phase)}
-                for phase in (PHASE_PREFILL, PHASE_DECODE)}
+                for phase in PHASES}
     skipped: dict[tuple[str, int], int] = {}
     for j, s in enumerate(cov.skipped_points):
         where = f"coverage.skipped_points[{j}]"
@@ -140,14 +139,14 @@ def check_coverage(a: Artifact, err: Err) -> None:
             err(f"{where}: {s.phase} point {s.point_index} is listed twice (first: "
                 f"coverage.skipped_points[{skipped[(s.phase, s.point_index)]}])")
         skipped.setdefault((s.phase, s.point_index), j)
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         for index in range(len(getattr(a.grid, phase))):
             if index not in observed[phase] and (phase, index) not in skipped:
                 err(f"{phase}: grid.{phase}[{index}] has no observation and is not listed in "
                     "coverage.skipped_points")
             if index in observed[phase] and (phase, index) in skipped:
                 err(f"{phase}: grid.{phase}[{index}] is both observed and listed as skipped")
-    completed = len(observed[PHASE_PREFILL]) + len(observed[PHASE_DECODE])
+    completed = sum(len(observed[phase]) for phase in PHASES)
     if cov.expected != expected:
         err(f"coverage.expected: {cov.expected}, the grid holds {expected} points")
     if cov.completed != completed:
