@@ -32,9 +32,9 @@ def sdbench_collect(sdbench_collect, tmp_path_factory):
 
 @pytest.fixture
 def cpu_artifact_data():
-    """A real artifact (schema v6, 3 rounds), written by a CPU collection of the tiny preset
-    (vLLM 0.32)."""
-    return json.loads((FIXTURES / "cpu-agg-v6.json").read_text())
+    """A real artifact (schema v7, 3 rounds, 8 prefill, 4 decode and 3 mixed points),
+    written by a CPU collection of the tiny preset (vLLM 0.32)."""
+    return json.loads((FIXTURES / "cpu-agg-v7.json").read_text())
 
 
 @pytest.fixture(scope="session")

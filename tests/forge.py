@@ -31,12 +31,14 @@ from pytest_sdbench.wire.typed import decode, digest
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = ROOT / "docs" / "evidence" / "h200"
-# Real artifacts: the CPU v6 fixture (rounds, settled decode steps); the CPU v4 fixture and
+# Real artifacts: the CPU v7 fixture (rounds, settled decode steps, mixed steps), the CPU v6
+# fixture (read as legacy v6, two phases); the CPU v4 fixture and
 # a v4 H200 production profile (the smallest of K=3: graphs, synthetic acceptance, 5
 # back-to-back repeats, engine settings), read as legacy v4; and the committed H200 agg
 # artifacts (schema v3, read as legacy). Legacy forgeries stay in their version's shape,
 # digests recomputed on the document as written.
 BASES = {
+    "cpu-v7": FIXTURES / "cpu-agg-v7.json",
     "cpu-v6": FIXTURES / "cpu-agg-v6.json",
     "cpu-v4": FIXTURES / "cpu-agg-v4.json",
     "h200-production-v4": H200 / "production" / "sdbench-agg-36506276d78b.json.xz",

@@ -54,6 +54,8 @@ def _rows(a):
     for o in a.decode:
         yield (f"decode[{o.point_index}]",
                f"{point_label(o.point)} (obs {o.observed_acceptance_length:.2f})", o)
+    for o in a.mixed:
+        yield f"mixed[{o.point_index}]", point_label(o.point), o
 
 
 def table(a) -> str:

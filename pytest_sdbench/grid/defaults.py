@@ -12,8 +12,10 @@ from ..wire.points import (
     EngineLimits,
     Grid,
     GridError,
+    MixedPoint,
     PrefillPoint,
     decode_max_tokens,
+    mixed_fit_errors,
     parse_grid,
 )
 
@@ -121,3 +123,52 @@ def derived_grid(limits: EngineLimits, acceptance_length: float | None = None) -
                 if fits:
                     prefill.append(PrefillPoint(b, n, prefix))
     return parse_grid(typed.encode(Grid(tuple(prefill), tuple(decode))))
+
+
+# The default mixed grid: what `vllm serve` runs under load is one prompt (sometimes a few)
+# admitted beside up to max_num_seqs - 1 running decodes (the served H200 runs: one prompt
+# in 82-98% of mixed steps, docs/evidence/h200/served-aisimulate). A lattice over the decode
+# batch and the prompt's new tokens at one context (priced bilinearly), and three columns
+# that test what the lattice holds fixed: the decodes' context, a cached prefix, the prompts
+# split in several.
+MIXED_BATCHES = (1, 4, 16, 32)          # + max_num_seqs - 1, the widest a prompt joins
+MIXED_CONTEXT = 2048                     # the lattice's context (decode rows hold it too)
+MIXED_NEW_TOKENS = (128, 2048, 4096)     # + block+1, the piecewise-graph edge, the top
+MIXED_COLUMN_BATCHES = (4, 32)
+MIXED_COLUMN_CONTEXTS = (512, 8192)
+MIXED_COLUMN_NEW_TOKENS = (128, 2048)
+MIXED_SPLITS = ((2, 1024), (4, 512))    # (prompts, new tokens each): 2048 in all
+LONGEST_PROMPT = 8192                    # the longest prompt a consumer's case serves
+
+
+def derived_mixed_grid(limits: EngineLimits, acceptance_length: float | None = None) -> Grid:
+    """The mixed points derived from the engine as it serves (wire.points.mixed_fit_errors
+    drops what cannot be one step of it): a lattice of decode batches (MIXED_BATCHES and
+    max_num_seqs - 1) x one prompt's new tokens (block + 1, 128, both sides of the largest
+    CUDA-graph capture size in the step's tokens, 2048, 4096, the most one step admits) at
+    MIXED_CONTEXT (or the longest context the engine's length allows); the context column
+    (MIXED_COLUMN_CONTEXTS), the cached-prefix column (MIXED_CONTEXT cached) and the split
+    column (MIXED_SPLITS) at MIXED_COLUMN_BATCHES x MIXED_COLUMN_NEW_TOKENS."""
+    k, block, budget = limits.draft_depth, limits.block_size, limits.max_num_batched_tokens
+    per = 1 + k
+    context = min(MIXED_CONTEXT, limits.max_model_len // 2)
+    edge = max(limits.capture_sizes, default=0)
+    batches = sorted({b for b in (*MIXED_BATCHES, limits.max_num_seqs - 1)
+                      if 1 <= b < limits.max_num_seqs})
+    points: list[MixedPoint] = []
+    for b in batches:
+        top = min(LONGEST_PROMPT, budget - b * per, limits.max_model_len - 1)
+        news = {block + 1, *MIXED_NEW_TOKENS, top}
+        if edge:
+            news |= {edge - b * per, edge - b * per + 1}
+        points += [MixedPoint(b, context, k, 1, n, 0, acceptance_length)
+                   for n in sorted(news) if 1 <= n <= top]
+    for b, n in itertools.product(MIXED_COLUMN_BATCHES, MIXED_COLUMN_NEW_TOKENS):
+        points += [MixedPoint(b, c, k, 1, n, 0, acceptance_length)
+                   for c in MIXED_COLUMN_CONTEXTS]
+        points.append(MixedPoint(b, context, k, 1, n, (context // block) * block,
+                                 acceptance_length))
+    for b, (prompts, n) in itertools.product(MIXED_COLUMN_BATCHES, MIXED_SPLITS):
+        points.append(MixedPoint(b, context, k, prompts, n, 0, acceptance_length))
+    kept = [p for p in dict.fromkeys(points) if not mixed_fit_errors([p], limits)]
+    return parse_grid(typed.encode(Grid(mixed=tuple(kept))))

@@ -5,6 +5,7 @@ from it (engine/spec.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from ..grid.defaults import default_grid, derived_grid
 from ..measure.collector import Collector
 from ..measure.result import CollectionResult, check_grid_fits
 from ..wire.contract import (
+    PHASES,
     PHASES_BY_MODE,
     REPEAT_BACK_TO_BACK,
     STATUS_COMPLETE,
@@ -39,18 +41,23 @@ from ..wire.rounds import ONE_ROUND, RepeatPlan
 from .partial import PartialArtifact
 
 
-def grid_for(engine: Engine, choice: GridChoice | None = None) -> Grid:
+def grid_for(engine: Engine, choice: GridChoice | None = None,
+             mixed: GridChoice | None = None) -> Grid:
     """The grid --grid chose (read before the engine started: inputs.Inputs.grid) for this
     engine; else the oracle presets' small grid, or the grid derived from the engine's own
-    limits (points.derived_grid)."""
-    al = engine.spec.synthetic_acceptance_length
+    limits (grid.defaults.derived_grid); and the mixed points --mixed chose beside it."""
+    al, k = engine.spec.synthetic_acceptance_length, engine.spec.draft_depth
     if choice is not None:
-        return choice.grid(engine.spec.draft_depth, engine.limits, al)
-    if engine.spec.oracle_limits:
-        return default_grid(engine.spec.draft_depth, engine.block_size, (al,),
-                            large=engine.spec.preset != "tiny",
+        grid = choice.grid(k, engine.limits, al)
+    elif engine.spec.oracle_limits:
+        grid = default_grid(k, engine.block_size, (al,), large=engine.spec.preset != "tiny",
                             max_batched_tokens=engine.max_num_batched_tokens)
-    return derived_grid(engine.limits, acceptance_length=al)
+    else:
+        grid = derived_grid(engine.limits, acceptance_length=al)
+    if mixed is None:
+        return grid
+    added = mixed.grid(k, engine.limits, al).mixed
+    return dataclasses.replace(grid, mixed=tuple(dict.fromkeys((*grid.mixed, *added))))
 
 
 @dataclass
@@ -293,5 +300,5 @@ def _repeats(a: Artifact) -> str:
 
 
 def _source(a: Artifact) -> str:
-    samples = [o.timing.source for o in a.prefill] + [o.timing.source for o in a.decode]
+    samples = [o.timing.source for phase in PHASES for o in getattr(a, phase)]
     return samples[0] if samples else "none"

@@ -18,13 +18,20 @@ from ..aisimulate.grids import NATIVE_GRID, consumer_choice
 from ..engine.choices import EngineChoices, check_engine_choices, check_model_choices
 from ..engine.spec import ChoiceError
 from ..grid.choice import GridChoice, checked_choice
-from ..grid.defaults import load_grid
+from ..grid.defaults import derived_mixed_grid, load_grid
 from ..readers.figures import PlotUnavailable, require_matplotlib
-from ..wire.contract import DEFAULT_DRAFT_DEPTH, PHASE_DECODE
+from ..wire.contract import DEFAULT_DRAFT_DEPTH, MODE_MIXED, PHASE_DECODE
 from ..wire.files import out_dir_problem
-from ..wire.points import GridError
+from ..wire.points import Grid, GridError
 from ..wire.rounds import RepeatPlan
-from .options import InputError, repeat_plan, spelled, user_engine_args, with_defaults
+from .options import (
+    DEFAULT_MIXED,
+    InputError,
+    repeat_plan,
+    spelled,
+    user_engine_args,
+    with_defaults,
+)
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,11 @@ class Inputs:
     depths: tuple[int, ...]          # one engine per K
     engine: EngineChoices
     repeats: RepeatPlan
-    grid: GridChoice | None          # None: the engine's default grid (session.grid_for)
+    grid: GridChoice | None          # None: the engine's default grid (collect.grid_for)
     out_dir: Path | None             # None: the caller's default folder
     plots: bool
     cli: bool                        # how the options are spelled, for messages
+    mixed: GridChoice | None = None  # mixed points added to the grid (--mixed)
     compare: CompareChoice | None = None   # pytest's --sdbench-compare gate
 
 
@@ -95,6 +103,8 @@ def read_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> I
                 raise InputError(f"{opt('grid')}: {exc}") from None
             grid = checked_choice(grid, mode, depths, engine.acceptance_length, limits,
                                   limits_source, opt)
+        mixed = mixed_choice(values["mixed"], mode, source, depths, engine.acceptance_length,
+                             limits, limits_source, opt)
     except (ChoiceError, GridError) as exc:
         raise InputError(str(exc)) from None
     except ValueError as exc:   # SDBENCH_STALL_SECONDS, read for the option's default
@@ -103,8 +113,32 @@ def read_inputs(values: dict, cli: bool, out_dir: str | Path | None = None) -> I
     if problem:
         raise InputError(f"{opt('artifact-dir')}: {problem}")
     return Inputs(mode=mode, depths=depths, engine=engine, repeats=plan, grid=grid,
+                  mixed=mixed,
                   out_dir=None if out_dir is None else Path(out_dir),
                   plots=bool(values["plots"]), cli=cli, compare=compare)
+
+
+def mixed_choice(given: str | None, mode: str, grid_source: str | None,
+                 depths: tuple[int, ...], al: float | None, limits, limits_source: str,
+                 opt) -> GridChoice | None:
+    """--mixed: the mixed grid derived from the engine ('default'), or a manifest's mixed
+    points (checked as --grid's are); mode mixed without it, and without a --grid of its
+    own, takes the derived one."""
+    if given is None and mode == MODE_MIXED and not grid_source:
+        given = DEFAULT_MIXED
+    if given is None:
+        return None
+    if given == DEFAULT_MIXED:
+        return GridChoice(given, derive=derived_mixed_grid)
+    try:
+        points = Grid(mixed=load_grid(given).mixed)
+    except GridError as exc:
+        raise InputError(f"{opt('mixed')}: {exc}") from None
+    if not points.mixed:
+        raise InputError(f"{opt('mixed')}: {given} holds no mixed point")
+    choice = GridChoice(given, by_depth=dict.fromkeys(depths, points))
+    return checked_choice(choice, MODE_MIXED, depths, al, limits, limits_source,
+                          lambda name: opt("mixed") if name == "grid" else opt(name))
 
 
 def compare_choice(values: dict, opt) -> CompareChoice | None:

@@ -39,6 +39,7 @@ PYTEST_PREFIX, CLI_PREFIX = "--sdbench-", "--"
 # Where artifacts go when --sdbench-artifact-dir / --artifact-dir is not given: under pytest's
 # rootdir (plugin.artifact_dir), or the current folder for `sdbench collect`.
 DEFAULT_ARTIFACT_DIR = "sdbench-artifacts"
+DEFAULT_MIXED = "default"   # --mixed: the mixed grid derived from the engine's limits
 
 
 class InputError(ValueError):
@@ -188,8 +189,10 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("mode", "phases to collect: prefill, decode, or agg (both, never mixed in one "
-           "batch); default agg", default=MODE_AGG, choices=MODES),
+    Option("mode", "phases to collect: prefill, decode, mixed (a decode batch and prompts "
+           "admitted beside it, one step), or agg (every phase the grid holds; prefill and "
+           "decode points never share a batch); default agg", default=MODE_AGG,
+           choices=MODES),
     Option("preset", "built-in model preset with dummy weights (default auto: tiny on CPU, "
            "qwen3-0.6b on CUDA)", default=AUTO_PRESET, choices=(AUTO_PRESET, *sorted(PRESETS))),
     Option("model", "target checkpoint directory (instead of a preset)", metavar="DIR"),
@@ -200,6 +203,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("grid", "grid manifest (JSON) instead of the default grid; or a consumer grid: "
            "'aisimulate', 'aisimulate-native', 'aisimulate:PLAN.json' (docs/export.md)",
            metavar="JSON"),
+    Option("mixed", f"mixed points to collect too: '{DEFAULT_MIXED}' (derived from the "
+           "engine's limits: a decode batch x a prompt's new tokens, and columns of context, "
+           "cached prefix and split prompts) or a grid manifest's mixed points; mode mixed "
+           f"takes '{DEFAULT_MIXED}' without it", metavar="default|JSON"),
     Option("repeats", f"measure each point N times, each an observation of its own: by "
            f"default in N rounds of the whole grid, each round in a fresh seeded order, so "
            f"that a point's samples spread over the collection (default {DEFAULT_REPEATS})",

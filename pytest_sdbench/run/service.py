@@ -98,7 +98,7 @@ class CollectionService:
 
     def grid(self, engine: Engine) -> Grid:
         """The grid --grid chose for this engine, or the engine's default grid."""
-        return grid_for(engine, self.inputs.grid)
+        return grid_for(engine, self.inputs.grid, self.inputs.mixed)
 
     def collect(self, engine: Engine, mode: str | None = None, grid: Grid | None = None,
                 decode_tokens: int | None = None, repeats: RepeatPlan | None = None,
