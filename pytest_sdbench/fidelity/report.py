@@ -21,7 +21,7 @@ from typing import Any
 
 from ..wire.model import Artifact, utc_now
 from .predict import Interpolator, Priced
-from .records import STEP_KINDS, ServingRun, StepRecord, batch_bucket, bucket_label
+from .serving_records import STEP_KINDS, ServingRun, StepRecord, batch_bucket, bucket_label
 from .workload import ARRIVAL_POISSON
 
 REPORT_KIND, REPORT_VERSION = "pytest-sdbench/fidelity-report", 1

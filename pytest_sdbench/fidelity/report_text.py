@@ -7,7 +7,6 @@ import csv
 import io
 from collections.abc import Iterable, Sequence
 
-from .records import STEP_KINDS
 from .report import (
     ALL_KINDS,
     CONSUMER,
@@ -19,6 +18,7 @@ from .report import (
     StepRow,
     e2e_value,
 )
+from .serving_records import STEP_KINDS
 
 
 def _pct(value: float | None, signed: bool = False) -> str:
