@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_sdbench.fidelity.predict import profile_points
-from pytest_sdbench.fidelity.records import RequestRecord, ServingRun, StepRecord
 from pytest_sdbench.fidelity.run import save
 from pytest_sdbench.fidelity.serve import workload_json
+from pytest_sdbench.fidelity.serving_records import RequestRecord, ServingRun, StepRecord
 from pytest_sdbench.fidelity.workload import Lengths, Workload, plan
 from pytest_sdbench.run.profile import read_profile
 

@@ -19,13 +19,13 @@ from pytest_sdbench.aisimulate.export import (
 )
 from pytest_sdbench.aisimulate.export.checks import _mode_crossings
 from pytest_sdbench.aisimulate.export.exporting import export_artifact
-from pytest_sdbench.aisimulate.export.identity import (
+from pytest_sdbench.aisimulate.export.options import ExportOptions
+from pytest_sdbench.aisimulate.export.round_identity import (
     assert_speculative,
     cell_id,
     execution_profile,
     speculative_identity,
 )
-from pytest_sdbench.aisimulate.export.options import ExportOptions
 from pytest_sdbench.aisimulate.export.selecting import Selected
 from pytest_sdbench.aisimulate.export.vocabulary import (
     MANIFEST_FILE,

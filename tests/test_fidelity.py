@@ -27,7 +27,6 @@ from pytest_sdbench.fidelity.predict import (
     interpolate,
     profile_points,
 )
-from pytest_sdbench.fidelity.records import ServingRun
 from pytest_sdbench.fidelity.report import (
     CONSUMER,
     OURS,
@@ -38,6 +37,7 @@ from pytest_sdbench.fidelity.report import (
     percentile,
 )
 from pytest_sdbench.fidelity.run import load, report
+from pytest_sdbench.fidelity.serving_records import ServingRun
 from pytest_sdbench.fidelity.workload import (
     Lengths,
     Workload,

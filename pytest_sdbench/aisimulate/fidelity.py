@@ -119,7 +119,7 @@ def export_profile(python: str, profile_path: Path, artifact: Artifact, out: Pat
 class ConsumerRun:
     """One serving run, as the consumer is asked about it (fidelity.run builds it from its
     records: this wing reads no fidelity module)."""
-    steps: Sequence[Any]        # fidelity.records.StepRecord: each step's token counts
+    steps: Sequence[Any]        # fidelity.serving_records.StepRecord: each step's token counts
     requests: Sequence[Any]     # fidelity.workload.PlannedRequest: the workload as planned
     concurrency: int | None     # a closed loop's concurrency; None: timed arrivals
     acceptance_length: float | None   # the run's own measured AL (None: not measured)

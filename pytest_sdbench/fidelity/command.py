@@ -255,7 +255,9 @@ def _measure(profile: Path, args, modes) -> int:
 
 def summary(done) -> str:
     """A few lines for the terminal: per predictor and step kind, and per run."""
-    from .report import ALL_KINDS, STEP_KINDS, _pct
+    from .report import ALL_KINDS
+    from .report_text import _pct
+    from .serving_records import STEP_KINDS
     lines = [f"{'predictor':<11} {'kind':<8} {'steps':>6} {'priced':>6} {'median|e|':>9} "
              f"{'p90|e|':>8} {'bias':>7}"]
     (model,) = done.figures["models"].values()

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..readers.figures import distinct_colors, figure, png_bytes
-from .records import STEP_KINDS
 from .report import E2E_METRICS, PREDICTORS, StepRow, e2e_value
+from .serving_records import STEP_KINDS
 
 ERROR_RANGE = 0.5     # the histogram spans -50%..+50%; steps beyond are counted in its legend
 

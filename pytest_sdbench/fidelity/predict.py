@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..wire.contract import PHASE_DECODE, PHASE_MIXED, PHASE_PREFILL
 from ..wire.model import Artifact
-from .records import UNKNOWN_GRAPH_MODE, StepRecord
+from .serving_records import UNKNOWN_GRAPH_MODE, StepRecord
 
 RULE = (
     "Each measured point is the median of its repeats, at the totals its step read (batch B, "

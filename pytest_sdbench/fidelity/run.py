@@ -30,16 +30,10 @@ from ..wire.contract import DEVICE_CUDA
 from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
 from .predict import Interpolator
-from .records import ServingRun
-from .report import (
-    OURS,
-    REPORT_KIND,
-    build_figures,
-    markdown,
-    step_rows,
-    steps_csv,
-)
+from .report import OURS, REPORT_KIND, build_figures, step_rows
+from .report_text import markdown, steps_csv
 from .serve import serve_workload
+from .serving_records import ServingRun
 from .workload import (
     ARRIVAL_CONCURRENCY,
     Lengths,

@@ -26,7 +26,7 @@ from ..measure.observer import NativeObserver, TimingMissing
 from ..measure.timing import timer_for
 from ..wire.contract import BOOKING_MEASURED, CUDAGRAPH_NONE, GRAPH_EAGER, PHASE_IDLE
 from ..wire.model import utc_now
-from .records import UNKNOWN_GRAPH_MODE, RequestRecord, ServingRun, StepRecord
+from .serving_records import UNKNOWN_GRAPH_MODE, RequestRecord, ServingRun, StepRecord
 from .workload import ARRIVAL_POISSON, PlannedRequest, Workload, plan
 
 IDLE_WAIT_SECONDS = 0.05    # longest sleep between polls while no request is in flight

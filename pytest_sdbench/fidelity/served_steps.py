@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from ..wire.contract import PHASE_DECODE
 from ..wire.model import Artifact
 from .predict import Interpolator
-from .records import batch_bucket, bucket_label
+from .serving_records import batch_bucket, bucket_label
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from collector.fpm_forward.repeatability import (
 from collector.fpm_forward.runtime_memory import validate_saved_plan
 from collector.fpm_forward.types import ParallelTopology
 
-from pytest_sdbench.aisimulate.export.identity import assert_speculative, execution_profile
+from pytest_sdbench.aisimulate.export.round_identity import assert_speculative, execution_profile
 from pytest_sdbench.aisimulate.export.selecting import export_name
 from pytest_sdbench.aisimulate.export.vocabulary import (
     CONSUMER,

@@ -11,6 +11,7 @@ once and checked against the consumer's own code by tests/consumer/test_aisimula
 Only the parquet writer needs pyarrow (the `export` extra), imported when a table is written.
 
 One module per step, each importing only those above it in this list: vocabulary, facts,
-options, selecting, checks, deployment, identity, envelopes, table, profile, manifest,
-exporting. Each name is imported from the module that defines it; this file re-exports none.
+options, selecting, checks, deployment, round_identity, envelopes, table, fpm_profile,
+manifest, exporting. Each name is imported from the module that defines it; this file
+re-exports none.
 """

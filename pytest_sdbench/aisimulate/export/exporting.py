@@ -20,16 +20,16 @@ from .checks import check
 from .deployment import Deployment, resolve_deployment, resolve_facts
 from .envelopes import build_envelope
 from .facts import Fact, identity_field
-from .identity import canonical_hash, cell_id
-from .manifest import build_manifest
-from .options import Exported, ExportOptions
-from .profile import (
+from .fpm_profile import (
     build_consumer_plan,
     build_profile,
     measured_acceptance,
     predict_config,
     selection_rule,
 )
+from .manifest import build_manifest
+from .options import Exported, ExportOptions
+from .round_identity import canonical_hash, cell_id
 from .selecting import (
     Selected,
     export_name,

@@ -11,7 +11,7 @@ from pathlib import Path
 from ...wire.contract import PHASE_DECODE
 from ...wire.model import Artifact
 from .envelopes import RowIdentity, row_labels
-from .identity import assert_speculative
+from .round_identity import assert_speculative
 from .selecting import Selected, coordinates
 from .vocabulary import (
     EXECUTION_COLUMNS,

@@ -17,7 +17,7 @@ from .. import consumer_plan as cplan
 from .checks import tp_of
 from .deployment import Deployment
 from .envelopes import RowIdentity
-from .identity import execution_profile, speculative_identity
+from .round_identity import execution_profile, speculative_identity
 from .selecting import Selected, coordinates
 from .vocabulary import AIC_REVISION, REDUCTION, parallel_strategy, topology
 
