@@ -15,7 +15,7 @@ import argparse
 import statistics
 import sys
 
-from pytest_sdbench.cli import build_parser
+from pytest_sdbench.commands import collect as collect_command
 from pytest_sdbench.engine.launch import start_engine
 from pytest_sdbench.measure import collector as collecting
 from pytest_sdbench.measure.warmup import ShapeWarmup
@@ -31,7 +31,9 @@ def main() -> None:
     own.add_argument("--every", type=int, default=3)
     own.add_argument("--repeats", type=int, default=3)
     mine, rest = own.parse_known_args()
-    args = build_parser().parse_args(["collect", *rest])
+    parser = argparse.ArgumentParser(prog="first-run.py")
+    collect_command.add_cli_args(parser)   # `sdbench collect`'s options
+    args = parser.parse_args(rest)
     inputs = read_inputs(vars(args), cli=True)
     engine = start_engine(inputs.engine.spec(inputs.depths[0]))
     print(f"engine started in {engine.start_seconds:.1f} s", flush=True)
