@@ -25,8 +25,17 @@ from typing import Any
 from unittest.mock import patch
 
 from ..engine.restoration import restoration_violations
-from ..wire.contract import BOOKING_MEASURED, DEVICE_CPU, SCOPE_MODEL_STEP, SOURCE_FOR_DEVICE
-from ..wire.shape import decode_mismatch, prefill_mismatch
+from ..wire.contract import (
+    BOOKING_MEASURED,
+    DEVICE_CPU,
+    PHASE_DECODE,
+    PHASE_MIXED,
+    PHASES,
+    SCOPE_MODEL_STEP,
+    SOURCE_FOR_DEVICE,
+)
+from ..wire.points import MixedPoint
+from ..wire.shape import decode_mismatch, mixed_mismatch, prefill_mismatch
 
 STEP_RANGE_PREFIX = "sdbench_step_"
 
@@ -34,25 +43,37 @@ __all__ = ["STEP_RANGE_PREFIX", "annotated_steps", "observation_violations",
            "restoration_violations", "traced_step_seconds"]
 
 
+def _shape(phase: str, o) -> str | None:
+    if phase == PHASE_DECODE:
+        return decode_mismatch(o.point, o.snapshot, o.step_index)
+    if phase == PHASE_MIXED:
+        return mixed_mismatch(o.point, o.snapshot, o.step_index)
+    return prefill_mismatch(o.point, o.snapshot)
+
+
+def _batch(o) -> int:
+    point = o.point
+    return (point.decode_batch_size + point.prefill_batch_size
+            if isinstance(point, MixedPoint) else point.batch_size)
+
+
 def observation_violations(artifact) -> list[str]:
     problems = []
-    ids = [o.native_iteration_id for o in (*artifact.prefill, *artifact.decode)]
+    ids = [o.native_iteration_id for phase in PHASES for o in getattr(artifact, phase)]
     if len(ids) != len(set(ids)):
         problems.append(f"native ids repeat: {ids}")
-    for phase, observations in (("prefill", artifact.prefill), ("decode", artifact.decode)):
-        for o in observations:
+    for phase in PHASES:
+        for o in getattr(artifact, phase):
             where = f"{phase}[{o.point_index}]"
             if not o.native_iteration_id == o.snapshot.native_iteration_id == \
                     o.timing.native_iteration_id:
                 problems.append(f"{where}: ids {o.native_iteration_id}/"
                                 f"{o.snapshot.native_iteration_id}/{o.timing.native_iteration_id}")
-            shape = (decode_mismatch(o.point, o.snapshot, o.step_index) if phase == "decode"
-                     else prefill_mismatch(o.point, o.snapshot))
+            shape = _shape(phase, o)
             if shape:
                 problems.append(f"{where}: {shape}")
-            if o.snapshot.queue.running != o.point.batch_size or o.snapshot.queue.waiting:
-                problems.append(f"{where}: queue {o.snapshot.queue} for batch "
-                                f"{o.point.batch_size}")
+            if o.snapshot.queue.running != _batch(o) or o.snapshot.queue.waiting:
+                problems.append(f"{where}: queue {o.snapshot.queue} for batch {_batch(o)}")
             if o.snapshot.booking != BOOKING_MEASURED:
                 problems.append(f"{where}: booking {o.snapshot.booking}")
             if o.timing.source != SOURCE_FOR_DEVICE[artifact.device] or \
