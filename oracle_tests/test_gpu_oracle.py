@@ -13,7 +13,7 @@ import pytest
 
 from pytest_sdbench.engine.spec import GRAPH_BATCHES
 from pytest_sdbench.plugin.testing import observation_violations
-from pytest_sdbench.wire.contract import GRAPH_EAGER, STATUS_COMPLETE
+from pytest_sdbench.wire.contract import GRAPH_EAGER, MIXED_STEP_INDEX, STATUS_COMPLETE
 from pytest_sdbench.wire.points import parse_grid
 
 from .gate import skip_for_option
@@ -109,3 +109,34 @@ def test_cuda_graph_batch_axis(sdbench_collect, sdbench_engine, sdbench_note):
             assert obs.graph_mode != GRAPH_EAGER
         else:
             assert obs.graph_mode == GRAPH_EAGER
+
+
+def test_mixed_step_oracle(sdbench_collect, sdbench_engine, sdbench_note):
+    """Mixed points on the GPU under async scheduling: each retained step holds exactly its
+    point's decodes (1 + K at their context) and prefills (whole, over the verified prefix),
+    its native ID joins snapshot and CUDA-event time, the graph mode is one vLLM reported;
+    the collection checks the engine's restoration and its serving afterwards itself."""
+    engine = sdbench_engine
+    k, al = engine.spec.draft_depth, engine.spec.synthetic_acceptance_length
+    block = engine.block_size
+    point = {"draft_depth": k, "acceptance_length": al}
+    grid = parse_grid({"mixed": [
+        {**point, "decode_batch_size": 4, "context_tokens": 256, "prefill_batch_size": 1,
+         "prefill_tokens": 128},
+        {**point, "decode_batch_size": 2, "context_tokens": 512, "prefill_batch_size": 2,
+         "prefill_tokens": 4 * block, "cached_prefix_tokens": 2 * block}]})
+    run = sdbench_collect("mixed", grid)
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE, a.coverage.skipped_points
+    assert observation_violations(a) == []
+    for obs in a.mixed:
+        p = obs.point
+        sdbench_note(f"mixed {_mode(engine)} Bd={p.decode_batch_size} ctx={p.context_tokens} "
+                     f"Bp={p.prefill_batch_size} new={p.prefill_tokens} "
+                     f"prefix={p.cached_prefix_tokens}: {obs.timing.seconds * 1e3:.3f} ms, "
+                     f"graph_mode {obs.graph_mode}, step {obs.step_index}, corrections "
+                     f"{len(obs.snapshot.corrections)}")
+        assert obs.step_index == MIXED_STEP_INDEX
+        assert obs.snapshot.total_scheduled_tokens == p.scheduled_tokens
+        assert obs.cache_hit_tokens == (p.cached_prefix_tokens,) * p.prefill_batch_size
+        assert obs.native_iteration_id == obs.timing.native_iteration_id
