@@ -12,8 +12,8 @@ from ..wire.files import out_dir_problem
 
 EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
 HELP = ("serve as users run it: `vllm serve` with the profile's engine settings, driven by "
-        "`vllm bench serve` (random dataset, Poisson arrivals) at each rate; vLLM's result "
-        "files and a manifest")
+        "`vllm bench serve` (random dataset) at each Poisson rate and closed-loop case; "
+        "vLLM's result files, its request metrics around each run, and a manifest")
 
 
 def _err(text: str) -> None:
@@ -22,15 +22,29 @@ def _err(text: str) -> None:
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", metavar="PROFILE", help="an artifact collected on this device")
-    parser.add_argument("--rate", type=float, action="append", required=True, metavar="R",
+    add_traffic_args(parser)
+
+
+def add_traffic_args(parser: argparse.ArgumentParser) -> None:
+    """The traffic `vllm bench serve` drives (`sdbench serve` and `sdbench emulate` take the
+    same)."""
+    parser.add_argument("--rate", type=float, action="append", default=[], metavar="R",
                         help="Poisson arrivals at R requests a second; repeat for another run on "
                         "the same server")
-    parser.add_argument("--num-prompts", type=int, required=True, metavar="N",
-                        help="requests a run")
-    parser.add_argument("--input-len", type=int, required=True, metavar="I",
-                        help="prompt tokens of every request")
-    parser.add_argument("--output-len", type=int, required=True, metavar="O",
-                        help="output tokens of every request (EOS ignored)")
+    parser.add_argument("--num-prompts", type=int, default=0, metavar="N",
+                        help="requests a rate's run")
+    parser.add_argument("--input-len", type=int, default=0, metavar="I",
+                        help="prompt tokens of every request of a rate's run")
+    parser.add_argument("--output-len", type=int, default=0, metavar="O",
+                        help="output tokens of every request of a rate's run (EOS ignored)")
+    parser.add_argument("--case", type=_case, action="append", default=[],
+                        metavar="C:ISL:OSL[:N]",
+                        help="a closed loop: C requests in flight, ISL prompt and OSL output "
+                        "tokens each, N requests (default max(4C, 8)); repeatable")
+    parser.add_argument("--passes", type=int, default=1, metavar="P",
+                        help="the whole traffic P times on the same server, each pass with "
+                        "prompts of its own (its spread is the served runs' own noise; "
+                        "default 1)")
     parser.add_argument("--seed", type=int, default=0, help="the client's seed of the first "
                         "rate, one more for each later rate, so that no rate's prompts are "
                         "in the prefix cache from an earlier one (default 0)")
@@ -42,18 +56,32 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds the server may take to become healthy (default 900)")
 
 
+def _case(text: str):
+    from .served_settings import parse_case
+    try:
+        return parse_case(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def options_of(args):
+    """The ServedOptions of the traffic arguments (a rate's run needs its three sizes)."""
+    from .served_settings import ServedOptions
+    return ServedOptions(rates=tuple(args.rate), num_prompts=args.num_prompts,
+                         input_len=args.input_len, output_len=args.output_len, seed=args.seed,
+                         port=args.port, cases=tuple(args.case), passes=args.passes)
+
+
 def main(args) -> int:
     from ..engine.vram import cuda_available
     from ..run.inputs import check_vllm_installed
     from ..run.options import InputError
     from ..run.profile import ProfileUnusable, check_device, read_profile
     from .served import MANIFEST_FILE, ServingFailed, serve
-    from .served_settings import ServedOptions, ServedUnusable, check_options, server_kwargs
+    from .served_settings import ServedUnusable, check_options, server_kwargs
     profile, out = Path(args.profile), Path(args.out)
-    options = ServedOptions(rates=tuple(args.rate), num_prompts=args.num_prompts,
-                            input_len=args.input_len, output_len=args.output_len,
-                            seed=args.seed, port=args.port)
     try:   # everything checkable before a server starts
+        options = options_of(args)
         if not args.health_timeout > 0:
             raise ServedUnusable(f"--health-timeout: must be > 0 seconds, got "
                                  f"{args.health_timeout:g}")
@@ -79,6 +107,7 @@ def main(args) -> int:
         _err(f"sdbench serve: {exc}")
         return EXIT_FAILED
     for run in manifest["runs"]:
-        print(f"rate {run['rate']:g}: {out / run['result']}")
+        which = run["label"] + (f" pass {run['pass']}" if run["pass"] else "")
+        print(f"{which}: {out / run['result']}")
     print(f"wrote {out / MANIFEST_FILE}")
     return EXIT_OK

@@ -20,6 +20,7 @@ the command."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -32,20 +33,22 @@ from pathlib import Path
 
 from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
+from .served_metrics import read_metrics, run_means
 from .served_settings import (
     DEFAULT_ENV,
     HOST,
     SERVER_ENV,
     ServedOptions,
     ServedUnusable,
+    Traffic,
     bench_command,
     child_env,
     free_port,
     rate_seeds,
     rate_text,
-    result_name,
     serve_command,
     server_kwargs,
+    traffic,
     versions,
 )
 
@@ -153,15 +156,20 @@ def write_manifest(out: Path, manifest: dict) -> Path:
 def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: Path,
           say: Callable[[str], None] = lambda line: None,
           health_timeout: float = HEALTH_TIMEOUT_SECONDS,
-          resolved: tuple[dict, dict] | None = None) -> dict:
-    """Start `vllm serve` as the profile's engine, run `vllm bench serve` at each rate, stop
-    the server; return the manifest (written beside the results, also on failure).
-    resolved: server_kwargs(artifact), when the caller resolved it before."""
+          resolved: tuple[dict, dict] | None = None,
+          engine: tuple[list[str], dict[str, str]] | None = None) -> dict:
+    """Start `vllm serve` as the profile's engine, run `vllm bench serve` for each run of the
+    traffic (each rate, each closed-loop case, each pass), vLLM's request metrics read
+    around each, stop the server; return the manifest (written beside the results, also on
+    failure). resolved: server_kwargs(artifact), when the caller resolved it before.
+    engine: (more `vllm serve` flags, more environment) for an engine of another kind than
+    vLLM's own (`sdbench emulate`'s), recorded in the manifest."""
     kwargs, pinned = resolved or server_kwargs(artifact)
     port = options.port or free_port()
     model = str(kwargs["model"])
     out.mkdir(parents=True, exist_ok=True)
-    command = serve_command(kwargs, port)
+    extra_flags, extra_env = engine or ([], {})
+    command = [*serve_command(kwargs, port), *extra_flags]
     manifest: dict = {
         "kind": MANIFEST_KIND, "version": MANIFEST_VERSION, "created": utc_now(),
         "profile": {"path": str(profile_path), "run_id": artifact.run_id,
@@ -177,47 +185,37 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
                      "seed": options.seed,
                      "seeds_by_rate": {rate_text(r): seed for r, seed in
                                        rate_seeds(options).items()},
+                     "cases": [dataclasses.asdict(c) for c in options.cases],
+                     "passes": options.passes,
                      "ignore_eos": True, "temperature": 0},
         "server": {"command": command, "host": HOST, "port": port, "log": "server.log",
-                   "env": {k: v for k, v in child_env().items()
-                           if k in (*SERVER_ENV, *DEFAULT_ENV)}},
+                   "engine": "emulated" if engine else "vllm",
+                   "env": {k: v for k, v in {**child_env(), **extra_env}.items()
+                           if k in (*SERVER_ENV, *DEFAULT_ENV, *extra_env)}},
         "versions": versions(), "runs": [], "status": "started"}
     write_manifest(out, manifest)
     env = child_env()
     say(f"starting `vllm serve {model}` on port {port} (log: {out / 'server.log'}) ...")
-    server = Server(command, out / "server.log", env)
+    server = Server(command, out / "server.log", {**env, **extra_env})
     manifest["server"]["pid"] = server.process.pid
     try:
         with terminated_as_interrupt():
             seconds = server.wait_healthy(f"http://{HOST}:{port}/health", health_timeout)
             manifest["server"]["healthy_after_seconds"] = round(seconds, 3)
             say(f"server healthy after {seconds:.1f} s")
-            for rate in options.rates:
-                bench = bench_command(model, port, rate, options, out)
-                log = out / f"bench-rate-{rate_text(rate)}.log"
-                say(f"`vllm bench serve` at {rate_text(rate)} requests/s, "
-                    f"{options.num_prompts} prompts ...")
-                started = time.monotonic()
-                with log.open("wb") as sink:
-                    done = subprocess.run(bench, stdout=sink, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env)
-                run = {"rate": rate, "seed": rate_seeds(options)[rate],
-                       "command": bench, "log": log.name,
-                       "result": result_name(rate), "returncode": done.returncode,
-                       "seconds": round(time.monotonic() - started, 3)}
-                manifest["runs"].append(run)
+            metrics_url = f"http://{HOST}:{port}/metrics"
+            for run_spec in traffic(options):
+                manifest["runs"].append(_bench(run_spec, model, port, out, env, metrics_url,
+                                               say))
                 write_manifest(out, manifest)
-                if done.returncode != 0 or not (out / result_name(rate)).is_file():
+                run = manifest["runs"][-1]
+                if run["returncode"] != 0 or not (out / run_spec.result).is_file():
+                    log = out / run["log"]
                     lines = [x for x in log.read_text(errors="replace").splitlines()
                              if x.strip()]
-                    raise ServingFailed(f"`vllm bench serve` at rate {rate_text(rate)} failed "
-                                        f"(exit {done.returncode}): "
+                    raise ServingFailed(f"`vllm bench serve` of {run_spec.label} failed "
+                                        f"(exit {run['returncode']}): "
                                         f"{lines[-1] if lines else ''} (log: {log})")
-                summary = json.loads((out / result_name(rate)).read_text())
-                say(f"rate {rate_text(rate)}: {summary.get('completed')} completed, "
-                    f"{summary.get('failed', 0)} failed; TTFT median "
-                    f"{summary.get('median_ttft_ms', float('nan')):.1f} ms, TPOT median "
-                    f"{summary.get('median_tpot_ms', float('nan')):.2f} ms")
         manifest["status"] = "done"
     except KeyboardInterrupt:
         manifest["status"] = "interrupted"
@@ -236,6 +234,44 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
     return manifest
 
 
+def _bench(run: Traffic, model: str, port: int, out: Path, env: dict[str, str],
+           metrics_url: str, say: Callable[[str], None]) -> dict:
+    """One `vllm bench serve` run, vLLM's request metrics read before and after it: its
+    manifest entry."""
+    bench = bench_command(model, port, run, out)
+    name = run.label + (f"-p{run.pass_index}" if run.pass_index else "")
+    log = out / f"bench-{name}.log"
+    say(f"`vllm bench serve` {name}: {run.num_prompts} prompts of {run.input_len} tokens, "
+        f"{run.output_len} out ...")
+    before = _metrics(metrics_url)
+    started = time.monotonic()
+    with log.open("wb") as sink:
+        done = subprocess.run(bench, stdout=sink, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env)
+    seconds = round(time.monotonic() - started, 3)
+    after = _metrics(metrics_url)
+    entry = {"label": run.label, "pass": run.pass_index, "rate": run.rate,
+             "concurrency": run.concurrency, "num_prompts": run.num_prompts,
+             "input_len": run.input_len, "output_len": run.output_len, "seed": run.seed,
+             "command": bench, "log": log.name, "result": run.result,
+             "returncode": done.returncode, "seconds": seconds,
+             "engine_metrics_ms": run_means(before, after)
+             if before is not None and after is not None else None}
+    if done.returncode == 0 and (out / run.result).is_file():
+        summary = json.loads((out / run.result).read_text())
+        say(f"{name}: {summary.get('completed')} completed, {summary.get('failed', 0)} "
+            f"failed; TTFT median {summary.get('median_ttft_ms', float('nan')):.1f} ms, "
+            f"TPOT median {summary.get('median_tpot_ms', float('nan')):.2f} ms")
+    return entry
+
+
+def _metrics(url: str) -> dict[str, float] | None:
+    try:
+        return read_metrics(url)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None   # said by the manifest's null; the run itself stands
+
+
 def read_manifest(folder: Path) -> dict:
     path = folder / MANIFEST_FILE
     if not path.is_file():
@@ -248,10 +284,13 @@ def read_manifest(folder: Path) -> dict:
 
 
 def served_results(folder: Path, manifest: dict) -> list[tuple[float, dict]]:
-    """(rate, vLLM's detailed result) of every finished run, in the order served."""
+    """(rate, vLLM's detailed result) of every finished Poisson run of the first pass, in
+    the order served."""
     found = []
     for run in manifest["runs"]:
         path = folder / run["result"]
+        if run.get("rate") is None or run.get("pass", 0):
+            continue
         if run.get("returncode") == 0 and path.is_file():
             found.append((float(run["rate"]), json.loads(path.read_text())))
     if not found:

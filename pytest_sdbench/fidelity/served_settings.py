@@ -57,6 +57,38 @@ class ServedUnusable(ValueError):
 
 
 @dataclass(frozen=True)
+class Case:
+    """A closed loop: `concurrency` requests in flight, each of input_len prompt tokens and
+    output_len output tokens, num_prompts in all (`vllm bench serve --max-concurrency`)."""
+    concurrency: int
+    input_len: int
+    output_len: int
+    num_prompts: int
+
+    @property
+    def label(self) -> str:
+        return f"c{self.concurrency}-{self.input_len}x{self.output_len}"
+
+
+CASE_PROMPTS_PER_SLOT, CASE_MIN_PROMPTS = 4, 8   # a case's prompts: 4C, at least 8
+
+
+def parse_case(text: str) -> Case:
+    """C:ISL:OSL[:N] (N: the case's prompts, default max(4C, 8))."""
+    parts = text.split(":")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (3, 4) or min(values) < 1:
+        raise ValueError(f"--case: expected C:ISL:OSL[:N] of integers >= 1 (concurrency, "
+                         f"input and output tokens, prompts), got {text!r}")
+    c, isl, osl = values[:3]
+    n = values[3] if len(values) == 4 else max(CASE_PROMPTS_PER_SLOT * c, CASE_MIN_PROMPTS)
+    return Case(c, isl, osl, n)
+
+
+@dataclass(frozen=True)
 class ServedOptions:
     rates: tuple[float, ...]
     num_prompts: int
@@ -64,6 +96,49 @@ class ServedOptions:
     output_len: int
     seed: int = 0
     port: int | None = None      # None: a free port chosen here
+    cases: tuple[Case, ...] = ()
+    passes: int = 1              # the whole traffic again on the same server (its own noise)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One `vllm bench serve` run: Poisson arrivals at `rate`, or a closed loop at
+    `concurrency` (rate None: as fast as the loop allows)."""
+    label: str
+    rate: float | None
+    concurrency: int | None
+    num_prompts: int
+    input_len: int
+    output_len: int
+    seed: int
+    pass_index: int
+
+    @property
+    def result(self) -> str:
+        """vLLM's result file (a rate's first pass keeps served-rate-R.json)."""
+        if self.rate is not None and self.pass_index == 0:
+            return result_name(self.rate)
+        return f"served-{self.label}{f'-p{self.pass_index}' if self.pass_index else ''}.json"
+
+
+PASS_SEED_STRIDE = 1000   # a later pass draws other prompts (none in the prefix cache)
+
+
+def traffic(options: ServedOptions) -> list[Traffic]:
+    """Every run, in the order served: the rates, then the cases, the whole again for each
+    pass; each with a seed of its own (rate_seeds, then the cases', PASS_SEED_STRIDE a
+    pass), so that no run's prompts are in the prefix cache from an earlier one."""
+    runs = []
+    for p in range(options.passes):
+        seed = options.seed + p * PASS_SEED_STRIDE
+        for i, rate in enumerate(options.rates):
+            runs.append(Traffic(f"rate-{rate_text(rate)}", rate, None, options.num_prompts,
+                                options.input_len, options.output_len, seed + i, p))
+        for j, case in enumerate(options.cases):
+            runs.append(Traffic(case.label, None, case.concurrency, case.num_prompts,
+                                case.input_len, case.output_len,
+                                seed + len(options.rates) + j, p))
+    return runs
 
 
 def rate_seeds(options: ServedOptions) -> dict[float, int]:
@@ -85,8 +160,14 @@ def result_name(rate: float) -> str:
 
 def check_options(options: ServedOptions, artifact: Artifact) -> None:
     """Every option, before anything starts; the message names the option and the value."""
-    if not options.rates:
-        raise ServedUnusable("--rate: give at least one request rate (requests a second)")
+    if not options.rates and not options.cases:
+        raise ServedUnusable("--rate / --case: give at least one request rate (requests a "
+                             "second) or closed-loop case (C:ISL:OSL)")
+    if options.passes < 1:
+        raise ServedUnusable(f"--passes: must be >= 1, got {options.passes}")
+    if len({c.label for c in options.cases}) != len(options.cases):
+        raise ServedUnusable(f"--case: each case once, got "
+                             f"{', '.join(c.label for c in options.cases)}")
     for rate in options.rates:
         if not (rate > 0 and math.isfinite(rate)):
             raise ServedUnusable(f"--rate: requests a second must be a finite number > 0, got "
@@ -96,17 +177,19 @@ def check_options(options: ServedOptions, artifact: Artifact) -> None:
                              f"{', '.join(rate_text(r) for r in options.rates)}")
     for name, value in (("--num-prompts", options.num_prompts),
                         ("--input-len", options.input_len),
-                        ("--output-len", options.output_len)):
+                        ("--output-len", options.output_len)) * bool(options.rates):
         if value < 1:
             raise ServedUnusable(f"{name}: must be >= 1, got {value}")
     if options.seed < 0:
         raise ServedUnusable(f"--seed: must be >= 0, got {options.seed}")
     limit = artifact.identity.settings.max_model_len
-    if isinstance(limit.value, int) and options.input_len + options.output_len > limit.value:
-        raise ServedUnusable(f"--input-len {options.input_len} and --output-len "
-                             f"{options.output_len}: a request of "
-                             f"{options.input_len + options.output_len} tokens exceeds the "
-                             f"profile's max_model_len {limit.value}")
+    lengths = [(f"--input-len {options.input_len} and --output-len {options.output_len}",
+                options.input_len, options.output_len)] * bool(options.rates) + \
+        [(f"--case {c.label}", c.input_len, c.output_len) for c in options.cases]
+    for name, isl, osl in lengths:
+        if isinstance(limit.value, int) and isl + osl > limit.value:
+            raise ServedUnusable(f"{name}: a request of {isl + osl} tokens exceeds the "
+                                 f"profile's max_model_len {limit.value}")
     if options.port is not None:
         if not 1 <= options.port <= 65535:
             raise ServedUnusable(f"--port: must lie in 1-65535, got {options.port}")
@@ -186,19 +269,22 @@ def serve_command(kwargs: dict, port: int, python: str = sys.executable) -> list
             "--port", str(port), *serve_flags(kwargs)]
 
 
-def bench_command(model: str, port: int, rate: float, options: ServedOptions, out: Path,
+def bench_command(model: str, port: int, run: Traffic, out: Path,
                   python: str = sys.executable) -> list[str]:
-    """`vllm bench serve` at one Poisson rate, with that rate's seed (rate_seeds); flags that
-    vLLM 0.26 and 0.32 both take."""
+    """`vllm bench serve` of one run: Poisson arrivals at its rate, or a closed loop at its
+    concurrency (every request at once, at most that many in flight), with its own seed;
+    flags that vLLM 0.26 and 0.32 both take."""
+    arrival = ["--request-rate", rate_text(run.rate)] if run.rate is not None else \
+        ["--request-rate", "inf", "--max-concurrency", str(run.concurrency)]
     return [*vllm_cli(python), "bench", "serve", "--backend", "vllm",
             "--base-url", f"http://{HOST}:{port}", "--model", model, "--tokenizer", model,
-            "--dataset-name", "random", "--random-input-len", str(options.input_len),
-            "--random-output-len", str(options.output_len),
-            "--num-prompts", str(options.num_prompts), "--request-rate", rate_text(rate),
-            "--ignore-eos", "--temperature", "0", "--seed", str(rate_seeds(options)[rate]),
+            "--dataset-name", "random", "--random-input-len", str(run.input_len),
+            "--random-output-len", str(run.output_len),
+            "--num-prompts", str(run.num_prompts), *arrival,
+            "--ignore-eos", "--temperature", "0", "--seed", str(run.seed),
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", PERCENTILES,
             "--save-result", "--save-detailed", "--result-dir", str(out),
-            "--result-filename", result_name(rate), "--disable-tqdm"]
+            "--result-filename", run.result, "--disable-tqdm"]
 
 
 def child_env() -> dict[str, str]:
