@@ -16,6 +16,7 @@ import pytest
 from pytest_sdbench.aisimulate.fidelity import mooncake_rows
 from pytest_sdbench.cli import main
 from pytest_sdbench.fidelity.predict import (
+    BASIS_RULE,
     NO_MODE,
     NO_PHASE,
     OFF_BATCH,
@@ -188,6 +189,8 @@ def test_a_mixed_step_is_priced_as_one_prefill_of_all_its_tokens(rule):
     on = rule.price(step(1, "mixed", "eager", 1.0, prefill=(2, 392, 0), decode=(2, 5000)))
     assert on.seconds == pytest.approx(0.030)
     assert on.how == "same batch"
+    # the profile has no mixed rows: priced by the rule, and labelled so (priced or not)
+    assert on.basis == off.basis == BASIS_RULE
 
 
 @pytest.mark.parametrize("kind, mode, prefill, decode, category, detail", [

@@ -201,6 +201,8 @@ def test_a_mixed_step_is_priced_as_one_prefill_of_all_its_requests_and_tokens():
     assert priced.seconds == pytest.approx(at_1 + (at_4 - at_1) / 3)
     assert priced.how == "between batches 1 and 4"
     assert rule.price_mixed(4, 1, 1024, "eager").category == "off-grid: batch"
+    # a profile with no mixed rows: the rule, labelled so (mixed rows: test_fidelity_mixed.py)
+    assert priced.basis == "rule: no mixed rows"
 
 
 # ---- end to end on the CPU engine ----------------------------------------------------------
@@ -293,6 +295,10 @@ def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(serve
         assert mixed["gaps"] + mixed["waiting_left_out"] == steps["mixed_left_out"]
         assert sum(row["gaps"] for row in mixed["by_batch"].values()) + \
             sum(mixed["unpriced"].values()) == mixed["gaps"]
+        # the profile (v6) has no mixed rows: every priced mixed gap by the rule, said so
+        assert mixed["basis"] == "rule: no mixed rows"
+        assert (mixed["priced_from_rows"], mixed["priced_by_rule"]) == (
+            0, sum(row["gaps"] for row in mixed["by_batch"].values()))
         assert mixed["prefill_lag"]["lag_chunks"] in (0, 1, 2)
         parts = steps["ttft_parts"]
         assert parts["requests"] + parts["unread"] == PROMPTS
@@ -300,6 +306,7 @@ def test_fidelity_compares_the_served_runs_and_says_the_consumer_is_absent(serve
     assert "AISimulate's predictions are absent" in md
     assert "TTFT median" in md
     assert "step gap" in md
+    assert "none from mixed rows (the profile has none)" in md
     assert [line for line in _said(compared) if "AISimulate not run" in line]
 
 

@@ -255,7 +255,7 @@ def _measure(profile: Path, args, modes) -> int:
 
 def summary(done) -> str:
     """A few lines for the terminal: per predictor and step kind, and per run."""
-    from .report import ALL_KINDS
+    from .report import ALL_KINDS, mixed_pricing
     from .report_text import _pct
     from .serving_records import STEP_KINDS
     lines = [f"{'predictor':<11} {'kind':<8} {'steps':>6} {'priced':>6} {'median|e|':>9} "
@@ -267,6 +267,9 @@ def summary(done) -> str:
             lines.append(f"{predictor:<11} {kind:<8} {k['steps']:>6} {k['priced_steps']:>6} "
                          f"{_pct(k['median_abs_error']):>9} {_pct(k['p90_abs_error']):>8} "
                          f"{_pct(k['bias'], signed=True):>7}")
+    for predictor, kinds in model.items():
+        if kinds["mixed"]["steps"]:
+            lines.append(f"{predictor}: {mixed_pricing(kinds['mixed'])}")
     for run in done.figures["runs"]:
         e2e = run["end_to_end"]
         m = e2e["measured"]

@@ -9,7 +9,8 @@ shortest uncached prefill measured at batch 1, and no longer than the longest su
 outputs short enough that a request's context (prompt + output, + K+1 for the drafts in
 flight) stays within the longest decode context measured at every batch. The steps this
 leaves unpriced are the mixed ones (a request admitted beside C-1 decoding ones), about one
-a request. Pure: reads the artifact only."""
+a request, where the profile's mixed rows (if any) do not reach them. Pure: reads the
+artifact only."""
 
 from __future__ import annotations
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..wire.contract import PHASE_MIXED
 from ..wire.model import Artifact, utc_now
-from .predict import Interpolator, Priced
+from .predict import BASIS_ROWS, BASIS_RULE, Interpolator, Priced
 from .serving_records import STEP_KINDS, ServingRun, StepRecord, batch_bucket, bucket_label
 from .workload import ARRIVAL_POISSON
 
@@ -138,8 +139,34 @@ def kind_figures(rows: Sequence[StepRow], predictor: str) -> dict:
         entry["by_graph_mode"] = _split(mine, predictor, lambda r: r.step.graph_mode, str)
         entry["by_batch"] = _split(mine, predictor, lambda r: batch_bucket(r.step.requests),
                                    bucket_label)
+        if kind == PHASE_MIXED:
+            # how each mixed step was priced: from the profile's mixed rows, or by the rule
+            # (a profile without them); the predictor's own where it says none
+            entry["by_basis"] = _split(mine, predictor,
+                                       lambda r: r.predictions[predictor].basis or OWN_BASIS,
+                                       str)
         figures[kind] = entry
     return figures
+
+
+OWN_BASIS = "the predictor's own"
+
+
+def mixed_pricing(mixed: dict) -> str:
+    """One line: how a predictor's mixed steps were priced (kind_figures' mixed entry): from
+    the profile's mixed rows, by the rule (a profile without them) or by the predictor's own
+    means, how many of them priced, and those not priced, by why."""
+    parts = [f"{_BASIS_WORDS.get(basis, basis)}, {k['priced_steps']} of {k['steps']} priced"
+             for basis, k in (mixed.get("by_basis") or {}).items()]
+    unpriced = mixed.get("unpriced") or {}
+    outside = ", ".join(f"{n} {why}" for why, n in sorted(unpriced.items()))
+    return (f"{mixed['steps']} mixed step(s): " + "; ".join(parts)
+            + f"; {sum(unpriced.values())} not priced" + (f" ({outside})" if outside else ""))
+
+
+_BASIS_WORDS = {BASIS_ROWS: "from the profile's mixed rows",
+                BASIS_RULE: "by the rule (the profile has no mixed rows)",
+                OWN_BASIS: "by its own means"}
 
 
 def measured_e2e(run: ServingRun) -> dict:
@@ -245,7 +272,8 @@ def build_figures(profile_path: Path, artifact: Artifact, runs: Sequence[Serving
                     "acceptance_length": artifact.speculative.synthetic_acceptance_length,
                     "repeats": artifact.measurement_policy.repeats,
                     "points": {"prefill": len({o.point_index for o in artifact.prefill}),
-                               "decode": len({o.point_index for o in artifact.decode})}},
+                               "decode": len({o.point_index for o in artifact.decode}),
+                               "mixed": len({o.point_index for o in artifact.mixed})}},
         "engine_notes": list(notes),
         "timing": {"steps": sorted({r.timing_source for r in runs}),
                    "requests": "host clock (time.perf_counter) when LLMEngine.step() "

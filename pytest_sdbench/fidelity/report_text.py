@@ -7,6 +7,7 @@ import csv
 import io
 from collections.abc import Iterable, Sequence
 
+from ..wire.contract import PHASE_MIXED
 from .report import (
     ALL_KINDS,
     CONSUMER,
@@ -17,6 +18,7 @@ from .report import (
     PREDICTORS,
     StepRow,
     e2e_value,
+    mixed_pricing,
 )
 from .serving_records import STEP_KINDS
 
@@ -57,7 +59,8 @@ def markdown(figures: dict, rows: Sequence[StepRow], examples: int = 3) -> str:
              f"{profile['device_name']} ({profile['device']}), vLLM {profile['engine_version']}, "
              f"EAGLE3 K={profile['draft_depth']}, acceptance {profile['acceptance_control']}"
              + (f" AL {al:g}" if al is not None else "") + f", {profile['points']['prefill']} "
-             f"prefill and {profile['points']['decode']} decode points, "
+             f"prefill, {profile['points']['decode']} decode and "
+             f"{profile['points'].get('mixed', 0)} mixed points, "
              f"{profile['repeats']} repeat(s) each.", "",
              "The serving engine was configured as the profile's: every identity field and "
              "effective engine setting compared equal."
@@ -85,6 +88,12 @@ def markdown(figures: dict, rows: Sequence[StepRow], examples: int = 3) -> str:
                           _pct(k["bias"], signed=True)))
     lines += _table(("predictor", "step kind", "steps", "priced", "median abs error",
                      "p90 abs error", "bias"), table)
+    mixed = [(predictor, kinds[PHASE_MIXED]) for predictor, kinds in
+             figures["models"][name].items() if kinds[PHASE_MIXED]["steps"]]
+    if mixed:
+        lines += ["", "Mixed steps, how they were priced (ours: from the profile's mixed rows "
+                  "where it has any, else by the rule, labelled so; the rules below):", ""]
+        lines += [f"- **{predictor}**: {mixed_pricing(k)}" for predictor, k in mixed]
     lines += ["", f"![predicted vs measured]({FIGURES[0]})", "",
               f"![error histogram]({FIGURES[1]})", "", "By CUDA-graph mode:", ""]
     lines += _split_table(figures["models"][name], "by_graph_mode", "graph mode")
@@ -141,7 +150,8 @@ def steps_csv(rows: Sequence[StepRow]) -> str:
     writer.writerow(["run", "native_iteration_id", "kind", "graph_mode", "prefill_requests",
                      "prefill_tokens", "prefill_kv_tokens", "decode_requests",
                      "decode_kv_tokens", "draft_tokens", "measured_ms",
-                     *(f"{p}_{c}" for p in PREDICTORS for c in ("ms", "how", "unpriced"))])
+                     *(f"{p}_{c}" for p in PREDICTORS
+                       for c in ("ms", "how", "unpriced", "basis"))])
     for r in rows:
         s = r.step
         cells = [r.run, s.native_iteration_id, s.kind, s.graph_mode, s.prefill_requests,
@@ -150,10 +160,11 @@ def steps_csv(rows: Sequence[StepRow]) -> str:
         for p in PREDICTORS:
             priced = r.predictions.get(p)
             if priced is None:
-                cells += ["", "", ""]
+                cells += ["", "", "", ""]
             elif priced.seconds is not None:
-                cells += [f"{1e3 * priced.seconds:.6f}", priced.how or "", ""]
+                cells += [f"{1e3 * priced.seconds:.6f}", priced.how or "", "",
+                          priced.basis or ""]
             else:
-                cells += ["", "", f"{priced.category}: {priced.detail}"]
+                cells += ["", "", f"{priced.category}: {priced.detail}", priced.basis or ""]
         writer.writerow(cells)
     return buffer.getvalue()

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
+from .predict import BASIS_ROWS, BASIS_RULE
 from .report import percentile
 from .served import read_manifest, served_results
 from .served_steps import ServedRequest, price_served_steps, served_requests
@@ -250,9 +251,13 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
     if not entries:
         return []
     lines = ["", "The profile's own price of the served mixed steps (a request's prefill "
-             "beside the decoding ones; served_steps.MIXED_RULE; batch: decoding and "
-             "prefilled requests; a step counted once in the gaps of each request decoding "
-             "in it):", "",
+             "beside the decoding ones; served_steps.MIXED_RULE, priced by predict.MIXED_RULE "
+             "from the profile's mixed rows, or by predict.MIXED_FALLBACK_RULE where it has "
+             "none; batch: decoding and prefilled requests; a step counted once in the gaps "
+             "of each request decoding in it):", ""]
+    lines += [f"- rate {e['rate']:g}: {mixed_pricing(e['profile_steps']['mixed'])}"
+              for e in entries]
+    lines += ["",
              "| rate (req/s) | batch | gaps | served median ms | profile median ms | bias "
              "(median e) | median abs(e) |", "|---|---|---|---|---|---|---|"]
     for entry in entries:
@@ -284,6 +289,27 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
                          f"later, and the output path); {parts['requests']} requests, "
                          f"{parts['unread']} whose prefill step shows in no other's gaps")
     return lines
+
+
+def mixed_pricing(mixed: dict) -> str:
+    """How the served mixed gaps of one rate were priced: from the profile's mixed rows or by
+    the rule (a profile without them), and those outside what was measured, by why with an
+    example; in gaps, and about how many steps."""
+    about = mixed.get("steps_about") or {}
+    unpriced = mixed.get("unpriced") or {}
+    examples = mixed.get("unpriced_examples") or {}
+    if mixed.get("basis", BASIS_RULE) == BASIS_ROWS:
+        priced = (f"{mixed.get('priced_from_rows', 0)} priced from the profile's mixed rows "
+                  f"(about {about.get(BASIS_ROWS, 0):g} steps), none by the rule")
+    else:
+        priced = (f"none from mixed rows (the profile has none), "
+                  f"{mixed.get('priced_by_rule', 0)} priced by the rule "
+                  f"(predict.MIXED_FALLBACK_RULE; about {about.get(BASIS_RULE, 0):g} steps)")
+    outside = "; ".join(f"{n} {why} (e.g. {examples[why]})" if examples.get(why)
+                        else f"{n} {why}" for why, n in sorted(unpriced.items()))
+    return (f"{mixed['gaps']} mixed gaps: {priced}, {sum(unpriced.values())} outside what was "
+            f"measured (about {about.get('outside', 0):g} steps)"
+            + (f": {outside}" if outside else ""))
 
 
 def plot(report: dict, path: Path) -> Path:

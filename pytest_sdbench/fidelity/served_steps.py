@@ -1,7 +1,7 @@
 """A served run's requests as vLLM's client recorded them (`vllm bench serve
 --save-detailed`: each request's send time, TTFT and chunk gaps), and the profile's own price
-of the decode steps they show. The server is `vllm serve` with no code of this project inside
-it, so there are no step records: only the client's timings.
+of the decode and mixed steps they show. The server is `vllm serve` with no code of this
+project inside it, so there are no step records: only the client's timings.
 
 A request's chunks arrive at start + TTFT, then one ITL after another: one chunk a step (a
 step delivers a request's bonus token and accepted drafts at once). The gap before a chunk
@@ -19,11 +19,15 @@ A gap that a prefill window overlaps is a mixed step when a request's prefill en
 that request's first chunk comes from the step that computed its prompt, so it is assigned
 to the gap whose closing chunk lies nearest its own (a tie to the later). The step then holds
 those prompts (uncached: their whole input) beside the requests decoding at the gap's
-midpoint (counted as above), and the profile prices it with predict.RULE's mixed rule, in the
-graph mode its prefill points ran at that many scheduled tokens. A mixed step shows once in
-the gaps of each request decoding beside it: the figures count gaps. A gap that a window
-overlaps with no prefill ending in it (the lag's step after a prefill, a request waiting, or
-one prefilled in chunks) is left out.
+midpoint (counted as above, with the KV they read), and the profile prices it as the
+in-process fidelity prices a mixed step: from its mixed rows (predict.MIXED_RULE, in the
+graph mode its mixed rows ran at that many scheduled tokens) where it has any, else by the
+rule (predict.MIXED_FALLBACK_RULE, in the mode its prefill points ran at that many tokens),
+labelled a rule; the report counts the gaps priced each way and those outside, by why. A
+mixed step shows once in the gaps of each request decoding beside it: the figures count
+gaps (where steps are estimated, a gap is 1 / its decoding requests of a step). A gap that
+a window overlaps with no prefill ending in it (the lag's step after a prefill, a request
+waiting, or one prefilled in chunks) is left out.
 
 What a client gap holds beyond the step: the server's output path (detokenizing, streaming)
 when it is slower than the step. It is the serving period a user sees, which is what a plan
@@ -39,7 +43,8 @@ from dataclasses import dataclass
 
 from ..wire.contract import PHASE_DECODE
 from ..wire.model import Artifact
-from .predict import Interpolator
+from .predict import BASIS_ROWS, BASIS_RULE, MIXED_FALLBACK_RULE, Interpolator
+from .predict import MIXED_RULE as PRICING_RULE
 from .serving_records import batch_bucket, bucket_label
 
 
@@ -91,6 +96,7 @@ class MixedGap:
     seconds: float        # the gap before a chunk: the period of the mixed step
     decoding: int         # requests decoding at its midpoint
     prompts: tuple[int, ...]   # the input tokens of the requests whose prefill ended in it
+    kv_tokens: int = 0    # the decoding requests' prompts and delivered tokens, together
 
 
 def _chunk_times(r: ServedRequest) -> list[float]:
@@ -119,28 +125,35 @@ def decode_gaps(requests: Sequence[ServedRequest]) -> tuple[list[ServedGap], int
     """The decode-only gaps of a served run, and how many gaps were left out as mixed."""
     chunks = [_chunk_times(r) for r in requests]
     windows = _PrefillWindows(requests)
-    per_chunk = [(r.output_tokens - 1) / len(r.itls) if r.itls else 0.0 for r in requests]
+    per_chunk = _tokens_per_chunk(requests)
     gaps, mixed = [], 0
     for times in chunks:
         for lo, hi in itertools.pairwise(times):
             if windows.overlap(lo, hi):
                 mixed += 1
                 continue
-            mid = (lo + hi) / 2
-            batch, kv = 0, 0.0
-            for r, other, tpc in zip(requests, chunks, per_chunk, strict=True):
-                if other[0] <= mid < other[-1]:
-                    batch += 1
-                    delivered = bisect.bisect_right(other, mid)   # chunks by the midpoint
-                    kv += r.input_tokens + 1 + (delivered - 1) * tpc
-            gaps.append(ServedGap(hi - lo, batch, round(kv)))
+            batch, kv = _decoding(requests, chunks, per_chunk, (lo + hi) / 2, frozenset())
+            gaps.append(ServedGap(hi - lo, batch, kv))
     return gaps, mixed
 
 
-def _decoding(chunks: Sequence[list[float]], mid: float, leave_out: frozenset[int]) -> int:
-    """Requests between their first and last chunk at `mid`, less `leave_out`."""
-    return sum(1 for i, times in enumerate(chunks)
-               if i not in leave_out and times[0] <= mid < times[-1])
+def _tokens_per_chunk(requests: Sequence[ServedRequest]) -> list[float]:
+    return [(r.output_tokens - 1) / len(r.itls) if r.itls else 0.0 for r in requests]
+
+
+def _decoding(requests: Sequence[ServedRequest], chunks: Sequence[list[float]],
+              per_chunk: Sequence[float], mid: float,
+              leave_out: frozenset[int]) -> tuple[int, int]:
+    """The requests between their first and last chunk at `mid`, less `leave_out`, and the
+    KV they read together: each its prompt and its tokens delivered by then (its chunks so
+    far x its own tokens a chunk)."""
+    batch, kv = 0, 0.0
+    for i, (r, times, tpc) in enumerate(zip(requests, chunks, per_chunk, strict=True)):
+        if i not in leave_out and times[0] <= mid < times[-1]:
+            batch += 1
+            delivered = bisect.bisect_right(times, mid)   # chunks by the midpoint
+            kv += r.input_tokens + 1 + (delivered - 1) * tpc
+    return batch, round(kv)
 
 
 LAGS = (0, 1, 2)   # chunks between a prefill step's close and its request's first chunk
@@ -184,6 +197,7 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
     them), how many such gaps held none (left out), and the prefill lag read from the run
     (prefill_lag: the lag, and the median gap in ms by lag)."""
     chunks = [_chunk_times(r) for r in requests]
+    per_chunk = _tokens_per_chunk(requests)
     windows = _PrefillWindows(requests)
     nearest = _nearest_chunks(chunks)
     lag, medians = prefill_lag(chunks, nearest)
@@ -201,9 +215,10 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
             if not prefilled:
                 waiting += 1
                 continue
-            decoding = _decoding(chunks, (lo + hi) / 2, frozenset(prefilled))
+            decoding, kv = _decoding(requests, chunks, per_chunk, (lo + hi) / 2,
+                                     frozenset(prefilled))
             gaps.append(MixedGap(hi - lo, decoding,
-                                 tuple(requests[q].input_tokens for q in prefilled)))
+                                 tuple(requests[q].input_tokens for q in prefilled), kv))
     return gaps, waiting, {"lag_chunks": lag, "median_gap_ms_by_lag": medians}
 
 
@@ -270,26 +285,41 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
 
 
 def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) -> dict:
-    """The mixed gaps priced by predict.RULE's mixed rule, by their whole batch (decoding
-    and prefilled requests)."""
+    """The mixed gaps priced from the profile's mixed rows (predict.MIXED_RULE) where it has
+    any, else by predict's rule (MIXED_FALLBACK_RULE), by their whole batch (decoding and
+    prefilled requests); the gaps priced each way and those outside, by why (about how many
+    steps each: a gap counts 1 / its decoding requests)."""
     gaps, waiting, lag = mixed_gaps(requests)
     priced: dict[tuple[int, int], list[tuple[float, float]]] = {}
     unpriced: dict[str, int] = {}
+    examples: dict[str, str] = {}
     modes: dict[str, int] = {}
+    basis = interpolator.mixed_basis
+    counted = {BASIS_ROWS: 0, BASIS_RULE: 0}
+    steps = {BASIS_ROWS: 0.0, BASIS_RULE: 0.0, "outside": 0.0}
     for gap in gaps:
         tokens = sum(gap.prompts) + gap.decoding * (1 + interpolator.draft_depth)
-        mode = interpolator.prefill_mode(tokens) or "?"
+        mode = interpolator.mixed_mode(tokens) or "?"
         modes[mode] = modes.get(mode, 0) + 1
         price = interpolator.price_mixed(gap.decoding, len(gap.prompts), sum(gap.prompts),
-                                         mode)
+                                         mode, decode_kv_tokens=gap.kv_tokens)
         if price.seconds is None:
-            unpriced[price.category or "?"] = unpriced.get(price.category or "?", 0) + 1
+            why = price.category or "?"
+            unpriced[why] = unpriced.get(why, 0) + 1
+            examples.setdefault(why, price.detail or "")
+            steps["outside"] += 1 / gap.decoding
             continue
+        counted[basis] += 1
+        steps[basis] += 1 / gap.decoding
         batch = gap.decoding + len(gap.prompts)
         priced.setdefault(batch_bucket(batch), []).append((gap.seconds, price.seconds))
     every = [row for rows in priced.values() for row in rows]
-    return {"rule": MIXED_RULE, "prefill_lag": lag, "gaps": len(gaps),
-            "waiting_left_out": waiting,
-            "graph_modes": modes, "unpriced": unpriced,
+    return {"rule": MIXED_RULE, "basis": basis,
+            "pricing_rule": PRICING_RULE if basis == BASIS_ROWS else MIXED_FALLBACK_RULE,
+            "prefill_lag": lag, "gaps": len(gaps), "waiting_left_out": waiting,
+            "graph_modes": modes, "priced_from_rows": counted[BASIS_ROWS],
+            "priced_by_rule": counted[BASIS_RULE], "unpriced": unpriced,
+            "unpriced_examples": examples,
+            "steps_about": {k: round(v, 1) for k, v in steps.items()},
             "overall": _summary(every) if every else None,
             "by_batch": {bucket_label(b): _summary(rows) for b, rows in sorted(priced.items())}}
