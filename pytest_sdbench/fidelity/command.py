@@ -37,6 +37,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--served", metavar="DIR",
                         help="no engine: compare the runs `sdbench serve` left in DIR (vLLM's "
                              "server and client) with AISimulate's prediction of their traces")
+    parser.add_argument("--emulated", metavar="DIR",
+                        help="with --served: no engine either; the same traffic served by "
+                             "`sdbench emulate` (DIR) against the real server's runs, side by "
+                             "side (emulation.md, .json, .png)")
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, action="append", metavar="RPS",
                       help="Poisson arrivals at RPS requests a second; repeat for several runs "
@@ -134,6 +138,12 @@ def main(args) -> int:
     except WorkloadError as exc:
         _err(f"sdbench fidelity: {exc}")
         return EXIT_UNUSABLE
+    if args.emulated:
+        if not args.served:
+            _err("sdbench fidelity: --emulated DIR needs --served DIR (the real server's runs "
+                 "of the same traffic)")
+            return EXIT_UNUSABLE
+        return _emulated(Path(args.served), Path(args.emulated), args)
     if args.served:
         if not args.profile or args.report:
             _err("sdbench fidelity: --served DIR needs PROFILE (the profile served), and no "
@@ -170,6 +180,25 @@ def _served(profile: Path, served: Path, args, modes) -> int:
         _err(f"sdbench fidelity: {exc}")
         return EXIT_UNUSABLE
     from .served_compare import markdown
+    print(markdown(report), end="")
+    for path in write(report, out, plots=not args.no_plots):
+        _err(f"sdbench fidelity: wrote {path}")
+    return EXIT_OK
+
+
+def _emulated(served: Path, emulated: Path, args) -> int:
+    from ..wire.files import out_dir_problem
+    from .emulated_compare import compare_emulated, markdown, write
+    from .served_settings import ServedUnusable
+    out = Path(args.out) if args.out else emulated
+    try:
+        problem = out_dir_problem(out)
+        if problem:
+            raise WorkloadError(f"--out: {problem}")
+        report = compare_emulated(served, emulated)
+    except (ServedUnusable, WorkloadError, ValueError, OSError) as exc:
+        _err(f"sdbench fidelity: {exc}")
+        return EXIT_UNUSABLE
     print(markdown(report), end="")
     for path in write(report, out, plots=not args.no_plots):
         _err(f"sdbench fidelity: wrote {path}")
