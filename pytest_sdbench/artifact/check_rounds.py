@@ -16,11 +16,11 @@ from ..wire.contract import (
     LEGACY_SCHEMA_VERSIONS,
     MIN_PINNED_ROUNDS,
     PHASES,
-    PHASES_BY_MODE,
     PINNED_CONFIDENCE,
     REPEAT_BACK_TO_BACK,
     STATUS_COMPLETE,
     STOP_NOT_FINISHED,
+    collected_phases,
 )
 from ..wire.model import Artifact
 from ..wire.rounds import (
@@ -41,7 +41,8 @@ CANARY_SECONDS_MAX = 10.0
 
 def _refs(a: Artifact) -> list[PointRef]:
     """Every point of the artifact's grid, in grid order (prefill, then decode)."""
-    return [PointRef(phase, i) for phase in PHASES_BY_MODE[a.mode]
+    return [PointRef(phase, i)  # type: ignore[arg-type]
+            for phase in collected_phases(a.mode, bool(a.grid.mixed))
             for i in range(len(getattr(a.grid, phase)))]
 
 

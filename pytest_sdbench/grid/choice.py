@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..wire.contract import PHASE_DECODE, PHASES_BY_MODE
+from ..wire.contract import PHASE_DECODE, collected_phases
 from ..wire.points import (
     EngineLimits,
     Grid,
@@ -51,7 +51,8 @@ def checked_choice(choice: GridChoice, mode: str, depths: tuple[int, ...],
     if not choice.by_depth:
         return choice
     grid = choice.by_depth[depths[0]]
-    decode = grid.decode if PHASE_DECODE in PHASES_BY_MODE[mode] else ()
+    phases = collected_phases(mode, bool(grid.mixed))
+    decode = grid.decode if PHASE_DECODE in phases else ()
     if len(depths) > 1 and decode:
         # A decode point names its K and an engine runs one K: no engine of the sweep
         # could run every decode point of the manifest.
@@ -69,7 +70,7 @@ def checked_choice(choice: GridChoice, mode: str, depths: tuple[int, ...],
                 raise GridError(f"{opt('grid')}: decode[{i}].acceptance_length is "
                                 f"{d.acceptance_length}, so {opt('acceptance-length')} must "
                                 f"be {'given' if acceptance_length is None else 'left out'}")
-    errors = fit_errors(grid.only(PHASES_BY_MODE[mode]), limits)
+    errors = fit_errors(grid.only(phases), limits)
     if errors:
         how = (f"{opt('vllm-defaults')} drops a preset's limits; " if "preset" in limits_source
                else "") + f"{opt('engine-arg')} sets one"

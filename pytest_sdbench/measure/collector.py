@@ -33,8 +33,8 @@ from ..wire.contract import (
     PHASE_MIXED,
     PHASE_PREFILL,
     PHASES,
-    PHASES_BY_MODE,
     REPEAT_ROUNDS,
+    collected_phases,
 )
 from ..wire.model import (
     DecodeObservation,
@@ -84,7 +84,7 @@ class Collector:
 
     # ---- the whole collection -----------------------------------------------------------
     def collect(self, mode: str, grid: Grid) -> CollectionResult:
-        grid = grid.only(PHASES_BY_MODE[mode])
+        grid = grid.only(collected_phases(mode, bool(grid.mixed)))
         plan = self.plan
         self.result = result = CollectionResult(
             mode=mode, grid=grid, repeats=plan.repeats, repeat_order=plan.order,

@@ -30,10 +30,10 @@ from ..measure.collector import Collector
 from ..measure.result import CollectionResult, check_grid_fits
 from ..wire.contract import (
     PHASES,
-    PHASES_BY_MODE,
     REPEAT_BACK_TO_BACK,
     STATUS_COMPLETE,
     STOP_PINNED,
+    collected_phases,
 )
 from ..wire.model import Artifact
 from ..wire.points import Grid, GridError, check_grid_for_mode
@@ -128,7 +128,7 @@ def collect_to_artifact(engine: Engine, mode: str, grid: Grid, out_dir: str | Pa
     # Every rank's devices and processes belong to this engine, not to its contention.
     peers = ranks.gather_from_ranks((os.getpid(), tuple(engine.gpu_indices)))
     gpus = tuple(i for _, indices in peers for i in indices)
-    check_grid_fits(grid.only(PHASES_BY_MODE[mode]), engine, decode_tokens)
+    check_grid_fits(grid.only(collected_phases(mode, bool(grid.mixed))), engine, decode_tokens)
     with HostMonitor(gpus, own_pids=tuple(pid for pid, _ in peers)) as monitor:
         checkpoint = PartialArtifact(engine, Path(out_dir), name, run_id, worker, monitor, notify)
         try:

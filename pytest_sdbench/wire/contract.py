@@ -27,9 +27,9 @@ LEGACY_SCHEMA_VERSIONS = {1: "v1-autoregressive", 2: "v2-phase-specific-speculat
 
 # Modes and phases. A mixed point is one engine step that prefills some requests while
 # others decode with their drafts (what `vllm serve` runs most under load), asked for and
-# measured as such. agg collects every phase its grid holds, in that order (a grid holds
-# mixed points only where they were asked for: a manifest's, or --mixed); its prefill and
-# decode points are never mixed in one measured batch.
+# measured as such. agg is the prefill and the decode phase (the consumer's two), and the
+# mixed phase too where its grid holds mixed points (asked for: a manifest's, or --mixed):
+# collected_phases; its prefill and decode points never share a measured batch.
 Mode = Literal["prefill", "decode", "agg", "mixed"]
 MODE_PREFILL, MODE_DECODE, MODE_AGG, MODE_MIXED = get_args(Mode)
 MODES: tuple[str, ...] = get_args(Mode)
@@ -41,7 +41,14 @@ TWO_PHASES = (PHASE_PREFILL, PHASE_DECODE)
 SnapshotPhase = Literal["prefill", "decode", "mixed", "idle"]
 PHASE_IDLE: Final = "idle"
 PHASES_BY_MODE = {MODE_PREFILL: (PHASE_PREFILL,), MODE_DECODE: (PHASE_DECODE,),
-                  MODE_AGG: PHASES, MODE_MIXED: (PHASE_MIXED,)}
+                  MODE_AGG: TWO_PHASES, MODE_MIXED: (PHASE_MIXED,)}
+
+
+def collected_phases(mode: str, mixed_points: bool) -> tuple[str, ...]:
+    """The phases a collection of `mode` measures: the mode's own, and under agg the mixed
+    phase too where the grid holds mixed points."""
+    phases = PHASES_BY_MODE[mode]
+    return (*phases, PHASE_MIXED) if mode == MODE_AGG and mixed_points else phases
 
 # Measurement policies. Prefill keeps exactly one step whose shape equals the point
 # (single_step). Decode keeps settled steps (settled_steps): a decode run's step 1 admits
@@ -70,7 +77,7 @@ def policies_for(mode: str, mixed_points: bool) -> dict[str, str | None]:
     """The policy an artifact states for each phase: the mode's prefill and decode phases
     their policy; the mixed phase where the mode takes it and the grid holds mixed points
     (agg stays two-phase for the consumer unless mixed points were asked for)."""
-    phases = PHASES_BY_MODE[mode]
+    phases = collected_phases(mode, mixed_points)
     return {phase: POLICY_BY_PHASE[phase] if phase in phases
             and (phase != PHASE_MIXED or mixed_points) else None for phase in PHASES}
 POLICY_DESCRIPTIONS = {

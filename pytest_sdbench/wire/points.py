@@ -33,6 +33,7 @@ from .contract import (
     SETTLED_FIRST_STEP,
     SETTLED_STEPS,
     STEADY_STEP_INDEX,
+    collected_phases,
 )
 from .identity import IdentityField
 
@@ -154,7 +155,8 @@ def parse_grid(data) -> Grid:
 
 def check_grid_for_mode(grid: Grid, mode: str | None) -> None:
     """A grid with no point of the mode's phases would make a 0/0 'complete' artifact."""
-    phases = PHASES_BY_MODE.get(mode or "agg", PHASES_BY_MODE["agg"])
+    known = mode if mode is not None and mode in PHASES_BY_MODE else "agg"
+    phases = collected_phases(known, bool(grid.mixed))
     if not len(grid.only(phases)):
         raise GridError(f"the grid holds no {' or '.join(phases)} point, so mode "
                         f"{mode or 'agg'} has nothing to measure")

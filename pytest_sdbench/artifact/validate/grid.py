@@ -11,7 +11,7 @@ from ...wire.contract import (
     PHASE_MIXED,
     PHASE_PREFILL,
     PHASES,
-    PHASES_BY_MODE,
+    collected_phases,
 )
 from ...wire.model import Artifact
 from ...wire.points import Grid, engine_limits, fit_errors, grid_digest, point_errors
@@ -37,7 +37,7 @@ def check_grid(a: Artifact, err: Err, legacy) -> None:
     if a.integrity.grid_digest != grid_digest(grid):
         err(f"integrity.grid_digest: {a.integrity.grid_digest} does not match the grid "
             f"({grid_digest(grid)}); the grid was altered")
-    phases = PHASES_BY_MODE[a.mode]
+    phases = collected_phases(a.mode, bool(grid.mixed))
     for phase in PHASES:
         if getattr(grid, phase) and phase not in phases:
             err(f"grid.{phase}: mode {a.mode!r} has no {phase} phase, yet the grid lists "

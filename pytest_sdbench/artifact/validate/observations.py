@@ -21,7 +21,6 @@ from ...wire.contract import (
     PHASE_MIXED,
     PHASE_PREFILL,
     PHASES,
-    PHASES_BY_MODE,
     POLICY_SETTLED_STEPS,
     SOURCE_FOR_DEVICE,
     STEP_SECONDS_BASE,
@@ -35,6 +34,7 @@ from ...wire.contract import (
     WARMUP_MIN_PASSES,
     WARMUP_SEEDED_PASSES,
     WARMUP_SHAPE_RULES,
+    collected_phases,
 )
 from ...wire.model import Artifact
 from ...wire.points import capture_sizes, compiled_shape
@@ -48,7 +48,7 @@ def check_observations(a: Artifact, err: Err, legacy) -> None:
     seen_ids: dict[int, str] = {}
     for phase in PHASES:
         observations, points = getattr(a, phase), getattr(a.grid, phase)
-        if observations and phase not in PHASES_BY_MODE[a.mode]:
+        if observations and phase not in collected_phases(a.mode, bool(a.grid.mixed)):
             err(f"{phase}: mode {a.mode!r} measures no {phase} points, yet "
                 f"{len(observations)} observations are present")
         by_point: dict[int, list[int]] = {}
