@@ -36,6 +36,10 @@ def read_json(path: str | Path, what: str) -> object:
 
 def load_grid(path: str | Path) -> Grid:
     data = read_json(path, "grid manifest")   # read first, then parsed: the walk goes down
+    if isinstance(data, dict) and ("kind" in data or "schema_version" in data):
+        raise GridError(f"grid manifest {path}: is an artifact (kind {data.get('kind')!r}), "
+                        "not a grid manifest; the grid it was collected on is its 'grid' "
+                        "field")
     return parse_grid(data)
 
 
