@@ -1195,6 +1195,302 @@ def gpu_clock_dropped(d, draw):
     reseal(d)
 
 
+# ---- mixed steps (schema v7) ---------------------------------------------------------------
+# A mixed point is one engine step: decode_batch_size requests decoding (1 new token and K
+# drafts each) beside prefill_batch_size requests prefilling prefill_tokens after a cached
+# prefix, retained at run step MIXED_STEP_INDEX under the mixed_step policy. Each forgery
+# below edits a real mixed row of the current base (cpu-v7), keeps every count derived from
+# it (the step's token total, the queue, sums, summaries, digests) and leaves its one rule to
+# catch it; legacy bases hold no mixed row, so none applies there.
+
+def mixed_rows(d):
+    return bool(d.get("mixed"))
+
+
+def kind_of(request: dict) -> str:
+    """A request of a mixed step: prefilling while its KV is short of its prompt."""
+    return "prefilling" if request["kv_tokens"] < request["prompt_tokens"] else "decoding"
+
+
+def pick_request(draw: Draw, obs: dict, kind: str) -> tuple[int, dict]:
+    return pick(draw, [(j, r) for j, r in enumerate(obs["snapshot"]["requests"])
+                       if kind_of(r) == kind])
+
+
+def retotal(obs: dict) -> None:
+    """The step's scheduled tokens, the sum of its requests' new and draft tokens."""
+    snap = obs["snapshot"]
+    snap["total_scheduled_tokens"] = sum(r["new_tokens"] + r["draft_tokens"]
+                                         for r in snap["requests"])
+
+
+MIXED_SHAPE = r"^mixed\[\d+\]\.snapshot: "
+
+
+@forgery("shape", MIXED_SHAPE + r"requests\[\d+\] \(prefilling\)\.new_tokens is \d+, the point "
+         r"needs \d+$", applies=mixed_rows)
+def mixed_prefill_new_tokens_off(d, draw):
+    """A prefill of the step said to compute another number of new tokens (its prompt and
+    the step's total made to fit: a whole prompt, of another length)."""
+    obs = pick(draw, d["mixed"])
+    _, request = pick_request(draw, obs, "prefilling")
+    delta = pick(draw, [-1, 1, 16, -request["new_tokens"] // 2])
+    request["new_tokens"] += delta
+    request["prompt_tokens"] += delta
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", MIXED_SHAPE + r"requests\[\d+\] \(decoding\)\.draft_tokens is \d+, the point "
+         r"needs \d+$", applies=mixed_rows)
+def mixed_decode_drafts_off(d, draw):
+    """A decode of the step said to verify another number of drafts than the point's K."""
+    obs = pick(draw, d["mixed"])
+    _, request = pick_request(draw, obs, "decoding")
+    k = obs["point"]["draft_depth"]
+    request["draft_tokens"] = pick(draw, [n for n in (0, 1, k - 1, k + 1, 2 * k) if n != k])
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.snapshot(: holds \d+ decoding and \d+ prefilling requests, "
+         r"the point \d+ and \d+|\.phase: recorded 'mixed', but its requests make it "
+         r"'(decode|prefill)'; .*)$",
+         must=MIXED_SHAPE + r"holds \d+ decoding and \d+ prefilling requests, the point",
+         applies=mixed_rows)
+def mixed_request_dropped(d, draw):
+    """One request of the step gone, a decode or a prefill: the step holds one request too
+    few (its queue and token total made to fit). Where it was the only one of its kind, the
+    step left is no mixed step at all, a second tell."""
+    obs = pick(draw, d["mixed"])
+    j, _ = pick_request(draw, obs, pick(draw, ["decoding", "prefilling"]))
+    snap = obs["snapshot"]
+    del snap["requests"][j]
+    snap["queue"]["running"] = len(snap["requests"])
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", MIXED_SHAPE + r"requests\[\d+\] \(decoding\)\.new_tokens is \d+, the point "
+         r"needs 1$", applies=mixed_rows)
+def mixed_decode_with_prefill_tokens(d, draw):
+    """A decoding request (its KV past its prompt) said to compute prefill tokens in the step
+    beside its one new token and drafts."""
+    obs = pick(draw, d["mixed"])
+    _, request = pick_request(draw, obs, "decoding")
+    request["new_tokens"] += pick(draw, [1, 15, obs["point"]["prefill_tokens"]])
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.snapshot(\.total_scheduled_tokens: \d+ != the requests' new "
+         r"\+ draft tokens \d+|: total_scheduled_tokens is \d+, the point's decode_batch_size\*"
+         r"\(1\+draft_depth\) \+ prefill_batch_size\*prefill_tokens = \d+)$",
+         must=MIXED_SHAPE + r"total_scheduled_tokens is \d+, the point's decode_batch_size",
+         applies=mixed_rows)
+def mixed_token_sum_off(d, draw):
+    """The step's scheduled tokens said to be other than the point's B_d*(1+K) + B_p*N."""
+    obs = pick(draw, d["mixed"])
+    point = obs["point"]
+    obs["snapshot"]["total_scheduled_tokens"] = pick(draw, [
+        point["decode_batch_size"] + point["prefill_batch_size"] * point["prefill_tokens"],
+        point["prefill_batch_size"] * point["prefill_tokens"],
+        obs["snapshot"]["total_scheduled_tokens"] + draw(st.integers(1, 64))])
+    cohere(d)
+
+
+@forgery("relabel", r"^mixed\[\d+\]\.snapshot(\.phase: '(decode|prefill)' in a mixed "
+         r"observation; .*|: phase is '(decode|prefill)', the point is 'mixed')$",
+         must=MIXED_SHAPE + r"phase is '(decode|prefill)', the point is 'mixed'$",
+         applies=mixed_rows)
+def mixed_step_relabelled(d, draw):
+    """A mixed step's snapshot said to be a decode or a prefill step."""
+    pick(draw, d["mixed"])["snapshot"]["phase"] = pick(draw, ["decode", "prefill"])
+    cohere(d)
+
+
+def decode_twin(d) -> tuple[dict, dict] | None:
+    """A decode point and a mixed point of one decode batch (batch, context, K, AL)."""
+    for decode in d["grid"]["decode"]:
+        for mixed in d["grid"].get("mixed", []):
+            if (decode["batch_size"], decode["context_tokens"], decode["draft_depth"],
+                    decode["acceptance_length"]) == (
+                    mixed["decode_batch_size"], mixed["context_tokens"],
+                    mixed["draft_depth"], mixed["acceptance_length"]):
+                return decode, mixed
+    return None
+
+
+@forgery("relabel", r"^mixed\[\d+\]\.snapshot(\.phase: (recorded 'mixed', but its requests make "
+         r"it 'decode'|'decode' in a mixed observation); .*|: (holds \d+ decoding and 0 "
+         r"prefilling requests, the point \d+ and \d+|phase is 'decode', the point is "
+         r"'mixed'))$", must=MIXED_SHAPE + r"(holds \d+ decoding and 0 prefilling|phase is "
+         r"'decode')", applies=lambda d: mixed_rows(d) and decode_twin(d) is not None)
+def decode_step_moved_into_mixed(d, draw):
+    """A sample of a mixed point replaced by a settled decode step of the same decode batch
+    (the first retained one, which a mixed step is: run step 3), its snapshot said mixed or
+    left decode; the mixed row's own fields (point, round, repeat, warm-up, the prefill's
+    verified cache hit) kept, the IDs renumbered along the rounds' orders."""
+    decode_point, mixed_point = decode_twin(d)
+    decode_index = d["grid"]["decode"].index(decode_point)
+    mixed_index = d["grid"]["mixed"].index(mixed_point)
+    victim = pick(draw, [o for o in d["mixed"] if o["point_index"] == mixed_index])
+    step = pick(draw, [o for o in d["decode"] if o["point_index"] == decode_index
+                       and o["step_index"] == victim["step_index"]])
+    moved = copy.deepcopy(victim)
+    for name in ("snapshot", "timing", "provenance", "accepted_tokens", "graph_mode",
+                 "gpu_clock"):
+        moved[name] = copy.deepcopy(step[name])
+    if draw(st.booleans()):
+        moved["snapshot"]["phase"] = "mixed"
+    d["mixed"][d["mixed"].index(victim)] = moved
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.step_index: mixed_step retains run step 3 \(the first "
+         r"settled step of the decode batch, where the prefills are admitted\), got \d+$",
+         applies=mixed_rows)
+def mixed_step_index_wrong(d, draw):
+    """A mixed row said to be another step of its run: the admission, the transient first
+    decode step, or a later one."""
+    pick(draw, d["mixed"])["step_index"] = pick(draw, [1, 2, 4, 5, 9])
+    reseal(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.cache_hit_tokens: \[[\d, ]*\]; each of \d+ prefills is "
+         r"verified as a hit of \d+ tokens$", applies=mixed_rows)
+def mixed_cache_hits_not_the_prefix(d, draw):
+    """The prefills' verified cache hits said to be other than the point's cached prefix:
+    one hit off by a block or more, none at all, or one prefill's hit missing."""
+    obs = pick(draw, d["mixed"])
+    hits = obs["cache_hit_tokens"]
+    how = pick(draw, ["off", "none", "missing"])
+    if how == "off":
+        j = draw(st.integers(0, len(hits) - 1))
+        hits[j] += pick(draw, [16, 64]) if hits[j] == 0 else -pick(draw, [16, hits[j]])
+    elif how == "none" or len(hits) == 1:
+        hits.append(hits[0])
+    else:
+        hits.pop()
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.kv_seed_regime: '\w+' does not fit cached_prefix_tokens "
+         r"\d+$", applies=mixed_rows)
+def mixed_prefix_regime_forged(d, draw):
+    """The prefills' seed regime said synthetic (a mixed step's prefix is a real one), or
+    none where the point has a cached prefix (or real where it has none)."""
+    obs = pick(draw, d["mixed"])
+    real = obs["point"]["cached_prefix_tokens"] > 0
+    obs["kv_seed_regime"] = pick(draw, ["synthetic_prefix", "none" if real else "real_prefix"])
+    cohere(d)
+
+
+@forgery("grid", r"^(grid\.mixed: mode '(prefill|decode)' has no mixed phase, yet the grid "
+         r"lists \d+ mixed points|mixed: mode '(prefill|decode)' measures no mixed points, yet "
+         r"\d+ observations are present|measurement_policy\.mixed: expected None for mode "
+         r"'(prefill|decode)' with mixed points, got 'mixed_step'|rounds\[\d+\]\.order: "
+         r"PointRef\(phase='mixed', point_index=\d+\) is no point of the grid)$",
+         must=r"^mixed: mode '(prefill|decode)' measures no mixed points, yet \d+ observations",
+         applies=mixed_rows)
+def mixed_rows_in_a_two_phase_mode(d, draw):
+    """A prefill or a decode artifact (the other phases cut out) that kept its mixed points
+    and rows, its policy stating mixed_step or not."""
+    mode = pick(draw, ["prefill", "decode"])
+    other = "decode" if mode == "prefill" else "prefill"
+    d["mode"] = mode
+    d[other], d["grid"][other] = [], []
+    d["measurement_policy"][other] = None
+    if draw(st.booleans()):
+        d["measurement_policy"]["mixed"] = None
+    d["summaries"] = [s for s in d["summaries"] if s["phase"] != other]
+    for r in d["rounds"]:
+        r["order"] = [x for x in r["order"] if x["phase"] != other]
+    cohere(d)
+
+
+@forgery("grid", r"^(mixed\[\d+\]\.point_index: \d+ is outside grid\.mixed \(0\.\.-1\)|"
+         r"measurement_policy\.mixed: expected None for mode 'agg', got 'mixed_step'|"
+         r"rounds\[\d+\]\.order: PointRef\(phase='mixed', point_index=\d+\) is no point of "
+         r"the grid|coverage: completed \d+ \+ skipped \d+ != expected \d+)$",
+         must=r"^mixed\[\d+\]\.point_index: \d+ is outside grid\.mixed", applies=mixed_rows)
+def mixed_rows_without_mixed_points(d, draw):
+    """Mixed rows in an agg artifact whose grid holds no mixed point (as agg is for the
+    consumer unless mixed points were asked for)."""
+    d["grid"]["mixed"] = []
+    if draw(st.booleans()):
+        d["measurement_policy"]["mixed"] = None
+    cohere(d)
+
+
+@forgery("header", r"^measurement_policy\.mixed: expected 'mixed_step' for mode '(agg|mixed)' "
+         r"with mixed points, got (None|'\w+')$", applies=mixed_rows)
+def mixed_policy_not_stated(d, draw):
+    """A collection with mixed points whose policy does not state mixed_step for them."""
+    d["measurement_policy"]["mixed"] = pick(draw, [None, "settled_steps", "single_step",
+                                                   "steady_step"])
+
+
+@forgery("relabel", r"^decode\[\d+\]\.snapshot(\.phase: 'mixed' in a decode observation; .*|: "
+         r"phase is 'mixed', the point is 'decode'|: request '[^']+' of step \d+ is not in step "
+         r"\d+; a work item's steps run one batch)$",
+         must=r"^decode\[\d+\]\.snapshot: phase is 'mixed', the point is 'decode'$",
+         applies=lambda d: mixed_rows(d) and decode_twin(d) is not None)
+def mixed_step_moved_into_decode(d, draw):
+    """The reverse: a settled decode step replaced by a mixed step of the same decode batch
+    (its prefills beside the batch's decodes), the decode row's own fields kept; the steps
+    after it in its run no longer follow it, a second tell."""
+    decode_point, mixed_point = decode_twin(d)
+    decode_index = d["grid"]["decode"].index(decode_point)
+    mixed_index = d["grid"]["mixed"].index(mixed_point)
+    step = pick(draw, [o for o in d["mixed"] if o["point_index"] == mixed_index])
+    victim = pick(draw, [o for o in d["decode"] if o["point_index"] == decode_index])
+    for name in ("snapshot", "timing", "provenance", "graph_mode", "gpu_clock"):
+        victim[name] = copy.deepcopy(step[name])
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.accepted_tokens(: \d+ entries for decode_batch_size \d+|"
+         r"\[\d+\]: -?\d+ is outside \[0, \d+\])$", applies=mixed_rows)
+def mixed_accepted_drafts_off(d, draw):
+    """The decodes' accepted drafts said to be more than K for one request, fewer than none,
+    or listed for one request more or fewer than the decode batch."""
+    obs = pick(draw, d["mixed"])
+    accepted, k = obs["accepted_tokens"], obs["point"]["draft_depth"]
+    how = pick(draw, ["beyond", "negative", "more", "fewer"])
+    if how in ("beyond", "negative"):
+        accepted[draw(st.integers(0, len(accepted) - 1))] = k + 1 if how == "beyond" else -1
+    elif how == "more" or len(accepted) == 1:
+        accepted.append(0)
+    else:
+        accepted.pop()
+    cohere(d)
+
+
+@forgery("repeats", r"^mixed\[\d+\]\.warmup_passes: 0 under the by_shape_seeded warm-up(; a mixed "
+         r"point takes at least 1|, yet no earlier mixed point of its compiled shape .*)$",
+         must=r"^mixed\[\d+\]\.warmup_passes: 0 under the by_shape_seeded warm-up; a mixed point "
+         r"takes at least 1$",
+         applies=lambda d: mixed_rows(d) and
+         d["measurement_policy"]["warmup"]["rule"] == "by_shape_seeded")
+def mixed_point_without_its_warmup_pass(d, draw):
+    """A mixed point said to have run with no warm-up pass, as a seeded decode point may (a
+    mixed point's prefills are new work: it takes its one pass)."""
+    for obs in repeats_of(d, pick(draw, d["mixed"])):
+        obs.update(warmup_passes=0, warmup_settled=True)
+    cohere(d)
+
+
+MIXED_FORGERIES = ("mixed_prefill_new_tokens_off", "mixed_decode_drafts_off",
+                   "mixed_request_dropped", "mixed_decode_with_prefill_tokens",
+                   "mixed_token_sum_off", "mixed_step_relabelled",
+                   "decode_step_moved_into_mixed", "mixed_step_index_wrong",
+                   "mixed_cache_hits_not_the_prefix", "mixed_prefix_regime_forged",
+                   "mixed_rows_in_a_two_phase_mode", "mixed_rows_without_mixed_points",
+                   "mixed_policy_not_stated", "mixed_step_moved_into_decode",
+                   "mixed_accepted_drafts_off", "mixed_point_without_its_warmup_pass")
+
+
 # ---- the test --------------------------------------------------------------------------------
 
 CASES = [pytest.param(base, f, id=f"{base}-{f.name}") for base in BASES for f in FORGERIES
@@ -1224,6 +1520,16 @@ def test_every_class_has_a_forgery_on_every_base(base):
     version = int(base.rsplit("v", 1)[1])
     missing = ({"repeats"} if version < 4 else set()) | ({"rounds"} if version < 5 else set())
     assert covered == set(CLASSES) - missing
+
+
+def test_the_mixed_forgeries_run_on_the_current_base_alone():
+    """Each forgery of a mixed row or point is in the corpus and runs where mixed rows are
+    (cpu-v7, the current schema); no legacy base holds one, so none runs there."""
+    named = {f.name: f for f in FORGERIES}
+    assert set(MIXED_FORGERIES) <= set(named)
+    for base in BASES:
+        runs = {name for name in MIXED_FORGERIES if named[name].applies(forge._LOADED[base])}
+        assert runs == (set(MIXED_FORGERIES) if base == "cpu-v7" else set()), base
 
 
 @pytest.mark.parametrize("base", list(BASES))
