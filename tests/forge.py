@@ -240,6 +240,22 @@ def dedupe_decode(data: dict) -> None:
         if s["phase"] != "decode" or s["point_index"] in renumber]
 
 
+def keep_phases(data: dict, mode: str, phases: tuple[str, ...]) -> dict:
+    """The artifact a collection of ``mode`` over ``phases`` alone writes: the other phases'
+    points, rows, summaries, policies and places in the rounds' orders removed (their
+    lists left empty: the document keeps its schema's keys), everything derived made to
+    fit (cohere)."""
+    data["mode"] = mode
+    for phase in phases_of(data):
+        if phase not in phases:
+            data[phase], data["grid"][phase] = [], []
+            data["measurement_policy"][phase] = None
+    data["summaries"] = [s for s in data["summaries"] if s["phase"] in phases]
+    for r in data.get("rounds", []):
+        r["order"] = [x for x in r["order"] if x["phase"] in phases]
+    return cohere(data)
+
+
 def scale_times(data: dict, factor: float) -> None:
     """Every time of the artifact multiplied by ``factor``, coherently."""
     for _, obs in observations(data):

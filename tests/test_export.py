@@ -338,15 +338,7 @@ def test_mixed_rows_stay_out_of_the_export_which_says_so(capsys, tmp_path):
 
 def _mixed_only(tmp_path) -> Path:
     """The v7 fixture cut to its mixed phase: a `--sdbench-mode mixed` artifact."""
-    data = forge.load("cpu-v7")
-    data["mode"] = "mixed"
-    for phase in ("prefill", "decode"):
-        data[phase], data["grid"][phase] = [], []
-        data["measurement_policy"][phase] = None
-    data["summaries"] = [s for s in data["summaries"] if s["phase"] == "mixed"]
-    for r in data["rounds"]:
-        r["order"] = [x for x in r["order"] if x["phase"] == "mixed"]
-    forge.cohere(data)
+    data = forge.keep_phases(forge.load("cpu-v7"), "mixed", ("mixed",))
     return reseal(data, tmp_path, "mixed-only.json")
 
 

@@ -1397,16 +1397,9 @@ def mixed_rows_in_a_two_phase_mode(d, draw):
     """A prefill or a decode artifact (the other phases cut out) that kept its mixed points
     and rows, its policy stating mixed_step or not."""
     mode = pick(draw, ["prefill", "decode"])
-    other = "decode" if mode == "prefill" else "prefill"
-    d["mode"] = mode
-    d[other], d["grid"][other] = [], []
-    d["measurement_policy"][other] = None
+    forge.keep_phases(d, mode, (mode, "mixed"))
     if draw(st.booleans()):
         d["measurement_policy"]["mixed"] = None
-    d["summaries"] = [s for s in d["summaries"] if s["phase"] != other]
-    for r in d["rounds"]:
-        r["order"] = [x for x in r["order"] if x["phase"] != other]
-    cohere(d)
 
 
 @forgery("grid", r"^(mixed\[\d+\]\.point_index: \d+ is outside grid\.mixed \(0\.\.-1\)|"
