@@ -32,7 +32,7 @@ ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = ROOT / "docs" / "evidence" / "h200"
 # Real artifacts: the CPU v7 fixture (rounds, settled decode steps, mixed steps), the CPU v6
-# fixture (read as legacy v6, two phases); the CPU v4 fixture and
+# fixture (read as legacy v6: two phases, no mixed key); the CPU v4 fixture and
 # a v4 H200 production profile (the smallest of K=3: graphs, synthetic acceptance, 5
 # back-to-back repeats, engine settings), read as legacy v4; and the committed H200 agg
 # artifacts (schema v3, read as legacy). Legacy forgeries stay in their version's shape,
@@ -51,7 +51,15 @@ _LOADED = {name: read_json(path) for name, path in BASES.items()}  # .gz inflate
 # loaded some 260 times by the forgery corpus alone). Exact for JSON's types (dict, list,
 # str, int, float, bool, None), which are all a parsed document holds.
 _FROZEN = {name: marshal.dumps(data) for name, data in _LOADED.items()}
-PHASES = ("prefill", "decode")
+# Every phase a document may hold (contract.PHASES, written out: the forger's own list). A
+# legacy document (v6 and older) has no mixed key, and an edit never adds one: the helpers
+# walk the phases a document holds (phases_of), so that a legacy base stays in its shape.
+PHASES = ("prefill", "decode", "mixed")
+
+
+def phases_of(data: dict) -> list[str]:
+    """The phases whose observation lists the document holds, in PHASES' order."""
+    return [phase for phase in PHASES if phase in data]
 
 
 def load(name: str) -> dict:
@@ -60,8 +68,8 @@ def load(name: str) -> dict:
 
 
 def observations(data: dict):
-    for phase in PHASES:
-        for obs in data.get(phase, []):
+    for phase in phases_of(data):
+        for obs in data[phase]:
             yield phase, obs
 
 
@@ -97,7 +105,7 @@ V5_SUMMARY_FIELDS = ("median_half_width", "stop", "canary_spread")
 
 def current(data: dict) -> bool:
     """A schema v5 or later document (rounds, canary); older ones stay in their own shape."""
-    return data.get("schema_version") in (5, 6)
+    return data.get("schema_version") in (5, 6, 7)
 
 
 def _lower_median(values: list[float]) -> float:
@@ -120,7 +128,7 @@ def resummarize(data: dict) -> None:
         from pytest_sdbench.wire.rounds import UntilPinned
         until = UntilPinned(**until)
     rounds = _rounds(data) if current(data) else []
-    for phase in PHASES:
+    for phase in phases_of(data):
         # a sample is a work item: its observations (settled decode steps) share its round
         # and repeat, and its time is their lower median
         items: dict[int, dict[tuple[int, int], list[float]]] = {}
@@ -159,7 +167,7 @@ def reorder(data: dict) -> None:
         return
     seed = data["measurement_policy"]["order_seed"]
     taken: dict[tuple[int, PointRef], list[dict]] = {}
-    for phase in PHASES:
+    for phase in phases_of(data):
         for obs in data[phase]:
             taken.setdefault((obs["round"], PointRef(phase, obs["point_index"])), []).append(obs)
     next_id = 1
@@ -177,8 +185,8 @@ def reorder(data: dict) -> None:
 
 
 def recount(data: dict) -> None:
-    expected = len(data["grid"]["prefill"]) + len(data["grid"]["decode"])
-    completed = sum(len({o["point_index"] for o in data[p]}) for p in PHASES)
+    expected = sum(len(data["grid"].get(p, [])) for p in PHASES)
+    completed = sum(len({o["point_index"] for o in data[p]}) for p in phases_of(data))
     skipped = data["coverage"]["skipped_points"]
     data["coverage"].update(expected=expected, completed=completed, skipped=len(skipped))
     finished = all(s.get("stop") != "not_finished" for s in data.get("summaries") or [])
@@ -232,6 +240,22 @@ def dedupe_decode(data: dict) -> None:
         if s["phase"] != "decode" or s["point_index"] in renumber]
 
 
+def keep_phases(data: dict, mode: str, phases: tuple[str, ...]) -> dict:
+    """The artifact a collection of ``mode`` over ``phases`` alone writes: the other phases'
+    points, rows, summaries, policies and places in the rounds' orders removed (their
+    lists left empty: the document keeps its schema's keys), everything derived made to
+    fit (cohere)."""
+    data["mode"] = mode
+    for phase in phases_of(data):
+        if phase not in phases:
+            data[phase], data["grid"][phase] = [], []
+            data["measurement_policy"][phase] = None
+    data["summaries"] = [s for s in data["summaries"] if s["phase"] in phases]
+    for r in data.get("rounds", []):
+        r["order"] = [x for x in r["order"] if x["phase"] in phases]
+    return cohere(data)
+
+
 def scale_times(data: dict, factor: float) -> None:
     """Every time of the artifact multiplied by ``factor``, coherently."""
     for _, obs in observations(data):
@@ -253,9 +277,9 @@ def repeat_points(data: dict, factors: tuple[float, ...]) -> dict:
     rounds = data["rounds"] if current(data) else []
     if rounds:
         del rounds[1:]
-        for phase in PHASES:
+        for phase in phases_of(data):
             data[phase] = [o for o in data[phase] if o["round"] == 0]
-    first = [(phase, o) for phase in PHASES for o in data[phase] if o["repeat"] == 0]
+    first = [(phase, o) for phase in phases_of(data) for o in data[phase] if o["repeat"] == 0]
     next_id = 1 + max_native_id(data)
     for r, factor in enumerate(factors, start=1):
         if rounds:

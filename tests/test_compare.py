@@ -1,9 +1,12 @@
-"""`sdbench compare` as a gate, on constructed variants of a real CPU artifact (schema v5,
-3 rounds): the noise rule (the dispersion across rounds, floored by the phase's typical CV),
-noise it cannot judge (one round, back-to-back repeats, legacy) unless --noise-floor states
-it, a host that ran slower told from a regression, missing points, partial status, another
-mode, contention, prefill and decode apart, the output formats (one set of columns), and
-exit codes 0 / 1 / 2. The gate on real collections of the engine: test_compare_gate.py."""
+"""`sdbench compare` as a gate, on constructed variants of a real CPU artifact (the v6
+fixture, 3 rounds, two phases, read in the current shape as the legacy reader gives it; the
+v7 fixture where mixed points are compared): the noise rule (the dispersion across rounds,
+floored by the phase's typical CV), noise it cannot judge (one round, back-to-back repeats,
+legacy) unless --noise-floor states it, a host that ran slower told from a regression,
+missing points, partial status, another mode, contention, each phase apart (mixed points
+matched by their coordinates and judged as the others), the output formats (one set of
+columns), and exit codes 0 / 1 / 2. The gate on real collections of the engine:
+test_compare_gate.py."""
 
 import csv
 import dataclasses
@@ -39,22 +42,37 @@ from pytest_sdbench.wire.contract import (
     MIN_ROUNDS_FOR_NOISE,
     REPEAT_BACK_TO_BACK,
 )
-from pytest_sdbench.wire.model import Artifact, RunEnvironment, SkippedPoint
+from pytest_sdbench.wire.model import (
+    Artifact,
+    DecodeObservation,
+    MixedObservation,
+    RunEnvironment,
+    SkippedPoint,
+)
 from pytest_sdbench.wire.rounds import canary_readings, canary_spread
 
 from . import forge
 from .conftest import FIXTURES
 
 REAL = FIXTURES / "cpu-agg-v6.json"
+MIXED = FIXTURES / "cpu-agg-v7.json"   # 8 prefill, 4 decode and 3 mixed points, 3 rounds
 LEGACY = FIXTURES / "cpu-agg-v4.json"
 
 
-def _real() -> Artifact:
+def _read(path) -> Artifact:
+    """An artifact in the current shape (a legacy one as the validator upgrades it)."""
+    report = validate_data(json.loads(path.read_text()))
+    assert report.ok, report.errors
+    assert report.artifact is not None
+    return report.artifact
+
+
+def _real(path=REAL) -> Artifact:
     """The fixture as a quiet host would have recorded it. It ran beside other sessions'
     work on a shared 2-core host (a contended side the gate rightly refuses:
     test_a_contended_side_fails_the_gate_naming_only_that); the rules under
     test here are about rounds and hosts, so the constructed variants start uncontended."""
-    a = typed.decode(Artifact, json.loads(REAL.read_text()))
+    a = _read(path)
     assert a.environment is not None
     return dataclasses.replace(a, environment=dataclasses.replace(
         a.environment, other_cpu_cores=0.0, contended=False, reason=None))
@@ -71,6 +89,7 @@ def _rebuilt(a: Artifact, seconds=None, canary=None, rounds: int | None = None) 
             o, timing=dataclasses.replace(o.timing, seconds=seconds(o)))
     prefill = tuple(retimed(o) for o in a.prefill if o.round < keep)
     decode = tuple(retimed(o) for o in a.decode if o.round < keep)
+    mixed = tuple(retimed(o) for o in a.mixed if o.round < keep)
     place = iter(range(2 * keep))
 
     def reread(sample):
@@ -81,13 +100,14 @@ def _rebuilt(a: Artifact, seconds=None, canary=None, rounds: int | None = None) 
                  for r in a.rounds[:keep])
     policy = a.measurement_policy if rounds is None else dataclasses.replace(
         a.measurement_policy, repeats=keep)
-    result = SimpleNamespace(prefill=prefill, decode=decode, repeats=policy.repeats,
-                             until_pinned=policy.until_pinned, rounds=kept)
+    result = SimpleNamespace(prefill=prefill, decode=decode, mixed=mixed,
+                             repeats=policy.repeats, until_pinned=policy.until_pinned,
+                             rounds=kept)
     return dataclasses.replace(
-        a, prefill=prefill, decode=decode, rounds=kept, measurement_policy=policy,
-        summaries=summarize_points(result),
+        a, prefill=prefill, decode=decode, mixed=mixed, rounds=kept,
+        measurement_policy=policy, summaries=summarize_points(result),
         host_canary=canary_spread(CANARY_WORKLOAD, canary_readings(kept)),
-        measured_seconds=math.fsum(o.timing.seconds for o in (*prefill, *decode)))
+        measured_seconds=math.fsum(o.timing.seconds for o in (*prefill, *decode, *mixed)))
 
 
 def _medians(a: Artifact) -> dict[tuple[str, int], float]:
@@ -95,7 +115,8 @@ def _medians(a: Artifact) -> dict[tuple[str, int], float]:
 
 
 def _phase(o) -> str:
-    return "decode" if hasattr(o, "step_index") else "prefill"
+    return "mixed" if isinstance(o, MixedObservation) else \
+        "decode" if isinstance(o, DecodeObservation) else "prefill"
 
 
 def _controlled(factors=(0.98, 1.0, 1.02), scale=1.0, canary_ms=1.0, where=None,
@@ -156,7 +177,7 @@ def test_the_real_fixture_against_a_slower_copy_of_itself(capsys, tmp_path, with
     assert validate_data(data).ok
     assert len(data["rounds"]) >= MIN_ROUNDS_FOR_NOISE
     assert not data["environment"]["contended"]
-    base = typed.decode(Artifact, data)
+    base = _read(REAL)
     noise = _noise_pct(base)
     slower = 0.5 * min(noise.values()) if within else 2.0 * max(noise.values())
     cand = _write(tmp_path, "slower.json", _rebuilt(
@@ -442,3 +463,72 @@ def test_a_pair_drawn_from_one_order_seed_is_named():
     other = dataclasses.replace(base, measurement_policy=dataclasses.replace(
         base.measurement_policy, order_seed=base.measurement_policy.order_seed + 1))
     assert not any(line.startswith("order:") for line in compare(base, other).sides["candidate"])
+
+
+# ---- mixed points (the v7 fixture) ---------------------------------------------------------
+
+MIXED_1 = "Bd=4 ctx=256 K=3 AL=natural + Bp=2 new=96 prefix=64"   # mixed point 1
+
+
+def _without_mixed(a: Artifact) -> Artifact:
+    """The same collection as if no mixed point had been asked for (agg, two phases)."""
+    return _rebuilt(dataclasses.replace(
+        a, grid=dataclasses.replace(a.grid, mixed=()), mixed=(),
+        measurement_policy=dataclasses.replace(a.measurement_policy, mixed=None)))
+
+
+def test_mixed_points_are_matched_by_their_coordinates_and_judged_as_the_others(
+        tmp_path, capsys):
+    """Each mixed point is keyed by its decode batch (batch, context, K, AL) and its prefills
+    (batch, new tokens, prefix); one 50% slower is regressed and named, the others stay
+    within their noise, and the mixed phase is summarised apart in every format."""
+    real = _real(MIXED)
+    base = _controlled(base=real)
+    cand = _controlled(scale=1.5, where=lambda phase, i: phase == "mixed" and i == 1,
+                       base=real)
+    result = compare(base, cand)
+    assert len(result.points) == 15
+    mixed = [p for p in result.points if p.phase == "mixed"]
+    assert [p.coordinates for p in mixed] == [   # in the order of their keys
+        "Bd=1 ctx=512 K=3 AL=natural + Bp=1 new=256 prefix=0",
+        "Bd=2 ctx=128 K=3 AL=natural + Bp=1 new=64 prefix=0", MIXED_1]
+    assert [p.verdict for p in mixed] == [OK, OK, REGRESSED]
+    assert {p.verdict for p in result.points if p.phase != "mixed"} == {OK}
+    assert result.phase_summary("mixed")["regressed"] == 1
+    assert result.verdict_line().startswith(f"FAIL: 1 point(s) regressed (mixed {MIXED_1} "
+                                            "+50.0%)")
+    text = render(result)
+    assert "mixed: 3/3 points compared, median change +0.0%, 1 regressed" in text
+    assert text.index("prefill:") < text.index("decode:") < text.index("mixed:")
+    assert json.loads(render(result, "json"))["phases"]["mixed"]["points"] == 3
+    assert main(["compare", str(_write(tmp_path, "b.json", base)),
+                 str(_write(tmp_path, "c.json", cand))]) == 1
+    out = capsys.readouterr().out
+    assert "mixed: 3/3 points compared, median change +0.0%, 1 regressed" in out
+    assert out.rstrip().splitlines()[-1].startswith(
+        f"FAIL: 1 point(s) regressed (mixed {MIXED_1} +50.0%)")
+
+
+def test_mixed_points_on_one_side_only_are_missing_on_the_other():
+    """An agg collection with mixed points against one without: each mixed point is missing
+    in the side that has none (the gate fails naming it); prefill and decode are judged."""
+    real = _real(MIXED)
+    result = compare(real, _without_mixed(real))
+    assert result.failed
+    missing = [p for p in result.problems if "missing in the candidate" in p]
+    assert len(missing) == 3
+    assert f"mixed {MIXED_1}: missing in the candidate (not in its grid)" in missing
+    assert {p.verdict for p in result.points if p.phase == "mixed"} == {MISSING_IN_CANDIDATE}
+    assert all(p.verdict == OK for p in result.points if p.phase != "mixed")
+
+
+def test_a_mixed_points_key_is_all_its_coordinates():
+    from pytest_sdbench.readers.compare_sides import point_key
+    from pytest_sdbench.wire.points import MixedPoint
+    point = MixedPoint(decode_batch_size=4, context_tokens=256, draft_depth=3,
+                       prefill_batch_size=2, prefill_tokens=96, cached_prefix_tokens=64)
+    keys = {point_key("mixed", dataclasses.replace(point, **change)) for change in (
+        {}, {"decode_batch_size": 2}, {"context_tokens": 512}, {"draft_depth": 2},
+        {"acceptance_length": 2.5}, {"prefill_batch_size": 1}, {"prefill_tokens": 64},
+        {"cached_prefix_tokens": 0})}
+    assert len(keys) == 8

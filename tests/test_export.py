@@ -74,7 +74,7 @@ def reseal(data: dict, tmp_path: Path, name: str = "mutated.json") -> Path:
     """The artifact with its integrity digests and measured total recomputed (a valid
     artifact of the case)."""
     data["measured_seconds"] = math.fsum(o["timing"]["seconds"]
-                                         for phase in ("prefill", "decode") for o in data[phase])
+                                         for _, o in forge.observations(data))
     for part in ("grid", "identity", "kv_capacity"):
         data["integrity"][f"{part}_digest"] = typed.digest(data[part])
     report = validate_data(copy.deepcopy(data))
@@ -159,12 +159,12 @@ def test_status_other_than_complete_is_refused(capsys, tmp_path, cpu_artifact_da
     data["decode"] = [o for o in data["decode"] if o["point_index"] != 3]
     data["summaries"] = [s for s in data["summaries"]
                          if (s["phase"], s["point_index"]) != ("decode", 3)]
-    data["coverage"].update(completed=11, skipped=1, skipped_points=[
+    data["coverage"].update(completed=14, skipped=1, skipped_points=[
         {"phase": "decode", "point_index": 3, "reason": "timing never arrived"}])
     data["status"] = "partial"
     code, out = export(capsys, [reseal(data, tmp_path)], tmp_path / "out", "--envelope-only")
     assert code == 1
-    assert ("status: 'partial' (coverage 11/12, skipped decode[3]: timing never arrived)"
+    assert ("status: 'partial' (coverage 14/15, skipped decode[3]: timing never arrived)"
             in out)
 
 
@@ -172,13 +172,15 @@ def test_draft_depth_outside_the_window_is_refused(capsys, tmp_path, cpu_artifac
     data = cpu_artifact_data
     data["speculative"]["draft_depth"] = 6
     data["identity"]["draft_depth"]["value"] = 6
-    for point in data["grid"]["decode"]:
+    for point in data["grid"]["decode"] + data["grid"]["mixed"]:
         point["draft_depth"] = 6
-    for obs in data["decode"]:
+    for obs in data["decode"] + data["mixed"]:
         obs["point"]["draft_depth"] = 6
         for request in obs["snapshot"]["requests"]:
-            request["draft_tokens"] = 6
-        obs["snapshot"]["total_scheduled_tokens"] = 7 * len(obs["snapshot"]["requests"])
+            if request["new_tokens"] == 1:   # a decoding request (a mixed step's prefills: 0)
+                request["draft_tokens"] = 6
+        obs["snapshot"]["total_scheduled_tokens"] = sum(
+            r["new_tokens"] + r["draft_tokens"] for r in obs["snapshot"]["requests"])
     code, out = export(capsys, [reseal(data, tmp_path)], tmp_path / "out", "--envelope-only")
     assert code == 1
     assert "speculative.draft_depth: K=6 lies outside the consumer's window 1-5" in out
@@ -291,6 +293,73 @@ def test_one_phase_artifact_is_refused_as_a_table(capsys, tmp_path):
     assert "mode: 'decode'; the consumer's loader needs prefill and decode" in out
     code, out = export(capsys, [H200_DECODE], tmp_path, *ENVELOPES)
     assert code == 0, out
+
+
+CPU_V7 = FIXTURES / "cpu-agg-v7.json"   # 8 prefill, 4 decode and 3 mixed points, 3 rounds
+NOT_EXPORTED = ("the consumer (AISimulate) imports one phase per file, prefill and decode, and "
+                "has no mixed phase")
+
+
+def test_mixed_rows_stay_out_of_the_export_which_says_so(capsys, tmp_path):
+    """An agg artifact with mixed points exports its prefill and decode phases, one cell
+    each as ever; its mixed rows are in no envelope, row or cell, and the output line, the
+    warnings and the manifest say that they were not exported and why."""
+    code, out = export(capsys, [CPU_V7], tmp_path, *ENVELOPES)
+    assert code == 0, out
+    data = json.loads(CPU_V7.read_text())
+    n_rows, n_points = len(data["mixed"]), len(data["grid"]["mixed"])
+    assert (n_rows, n_points) == (9, 3)
+    root = tmp_path / data["run_id"]
+    lines = out.splitlines()
+    assert lines[0] == (f"EXPORTED {CPU_V7} -> {root} (envelopes only, no table; 9 mixed rows "
+                        "NOT exported (no mixed phase in the consumer))")
+    warning = (f"mixed: 9 rows of 3 mixed points not exported: {NOT_EXPORTED}; they stay in "
+               "the artifact, in no envelope, table or plan of this export")
+    assert f"  warning: {warning}" in lines
+    manifest = json.loads((root / MANIFEST_FILE).read_text())
+    assert manifest["phases_not_exported"] == {
+        "mixed": {"points": 3, "rows": 9, "reason": NOT_EXPORTED}}
+    assert warning in manifest["warnings"]
+    assert list(manifest["cells"]) == list(manifest["graph_modes"]) == ["prefill", "decode"]
+    assert sorted(p.name for p in (root / "campaign" / "cells").iterdir()) == \
+        sorted(manifest["cells"].values())
+    mixed_ids = {o["native_iteration_id"] for o in data["mixed"]}
+    envelopes = _envelopes(root, manifest)
+    for phase, envelope in envelopes.items():
+        assert envelope["config"] == {"mode": phase}
+        assert len(envelope["results"]) == len(data["grid"][phase])
+        ids = {r["point"]["sdbench_native_iteration_id"] for r in envelope["results"]}
+        assert ids <= {o["native_iteration_id"] for o in data[phase]}
+        assert not ids & mixed_ids
+    rows = manifest["rows"]
+    assert [r["phase"] for r in rows] == ["prefill"] * 8 + ["decode"] * 4
+    assert not {r["native_iteration_id"] for r in rows} & mixed_ids
+
+
+def _mixed_only(tmp_path) -> Path:
+    """The v7 fixture cut to its mixed phase: a `--sdbench-mode mixed` artifact."""
+    data = forge.keep_phases(forge.load("cpu-v7"), "mixed", ("mixed",))
+    return reseal(data, tmp_path, "mixed-only.json")
+
+
+def test_a_mixed_only_artifact_has_nothing_to_export(capsys, tmp_path):
+    path = _mixed_only(tmp_path)
+    for extra in (ENVELOPES, ["--system", "h200_sxm", *REVISIONS]):
+        code, out = export(capsys, [path], tmp_path / "out", *extra)
+        assert code == 1
+        assert (f"  - mode: 'mixed' (9 mixed rows of 3 points); {NOT_EXPORTED}: nothing to "
+                "export (collect prefill and decode points, mode agg, for the consumer)") \
+            in out.splitlines()
+        assert "mode: 'mixed'; the consumer's loader" not in out   # said once
+    assert written(tmp_path / "out") == []
+
+
+def test_no_graph_mode_selects_a_mixed_phase(capsys, tmp_path):
+    code, out = export(capsys, [CPU_V7], tmp_path / "out", *ENVELOPES,
+                       "--graph-mode", "mixed=eager")
+    assert code == 2
+    assert "--graph-mode: expected PHASE=MODE with PHASE one of prefill, decode and" in out
+    assert written(tmp_path / "out") == []
 
 
 def test_unusable_inputs_exit_2(capsys, tmp_path):

@@ -8,9 +8,12 @@ that the validator refuses it, that the message naming the broken rule is there,
 every message it prints is one the forgery explains: a forgery that trips an unrelated
 rule is not coherent, and fails the test too.
 
-Bases (tests/forge.py): the CPU v5 fixture (rounds), the CPU v4 fixture and a v4 H200
-production profile (read as legacy v4), and the committed H200 agg artifacts (graphs and
-eager; schema v3, read as legacy); a legacy base's forgeries stay in its version's shape."""
+Bases (tests/forge.py): the CPU v7 fixture (rounds, settled decode steps, mixed steps), the
+CPU v6 fixture (read as legacy v6: two phases), the CPU v4 fixture and a v4 H200 production
+profile (read as legacy v4), and the committed H200 agg artifacts (graphs and eager; schema
+v3, read as legacy); a legacy base's forgeries stay in its version's shape. A forgery of a
+row rule may land on any phase's row the base holds (a mixed row's on cpu-v7); the mixed
+forgeries apply where mixed rows are (the current schema)."""
 
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from pytest_sdbench.wire.contract import (
     MAX_ARTIFACT_BYTES,
     MAX_JSON_DEPTH,
     MAX_REPORTED_VIOLATIONS,
+    SCHEMA_VERSION,
     SOURCE_FOR_DEVICE,
     STEP_SECONDS_MAX,
     STEP_SECONDS_MIN,
@@ -122,6 +126,14 @@ def repeats_of(d, obs) -> list[dict]:
     """Every observation of obs's point (a point is warmed up once, before its repeats)."""
     phase = next(p for p, o in observations(d) if o is obs)
     return [o for o in d[phase] if o["point_index"] == obs["point_index"]]
+
+
+def work_item(d, obs) -> list[dict]:
+    """Every step of obs's work item, one sample: its point's observations of its round and
+    repeat (several settled decode steps of one run; else obs alone)."""
+    phase = next(p for p, o in observations(d) if o is obs)
+    return [o for o in d[phase] if (o["point_index"], o.get("round"), o.get("repeat")) ==
+            (obs["point_index"], obs.get("round"), obs.get("repeat"))]
 
 
 def pick(draw: Draw, items):
@@ -213,8 +225,8 @@ def gpu_name_on_cpu(d, draw):
     rename_device(d, pick(draw, GPU_NAMES))
 
 
-@forgery("relabel", r"^(prefill|decode)\[\d+\]\.provenance\.device_name: '[^']*' differs from "
-         r"identity\.device_name")
+@forgery("relabel", r"^(prefill|decode|mixed)\[\d+\]\.provenance\.device_name: '[^']*' differs "
+         r"from identity\.device_name")
 def relabel_rows_device_name(d, draw):
     relabel(d, "row_device_name")
 
@@ -229,8 +241,8 @@ def relabel_cudagraph_mode(d, draw):
     relabel(d, "cudagraph_mode")
 
 
-@forgery("relabel", r"^(prefill|decode)\[\d+\]\.graph_mode: '(full|piecewise)' on a 'cpu' run",
-         applies=graphs)
+@forgery("relabel", r"^(prefill|decode|mixed)\[\d+\]\.graph_mode: '(full|piecewise)' on a 'cpu' "
+         r"run", applies=graphs)
 def relabel_graph_modes(d, draw):
     relabel(d, "graph_mode")
 
@@ -251,8 +263,14 @@ def engine_version_differs(d, draw):
     reseal(d)
 
 
-@forgery("relabel", r"^(prefill|decode)\[\d+\]\.graph_mode: '(full|piecewise)'", applies=cpu)
+@forgery("relabel", r"^(prefill|decode|mixed)\[\d+\]\.(graph_mode: '(full|piecewise)'.*|"
+         r"warmup_passes: \d+ under the by_shape(_seeded)? warm-up, yet no earlier \w+ point of "
+         r"its compiled shape \((full|piecewise), \d+ tokens\) settled; .*)$",
+         must=r"^(prefill|decode|mixed)\[\d+\]\.graph_mode: '(full|piecewise)'", applies=cpu)
 def graph_mode_on_cpu(d, draw):
+    """A CPU step said to run in a CUDA graph. Its compiled shape changes with its mode: under
+    a by_shape warm-up a point that took one pass on an earlier point's settled shape no
+    longer has one, a second tell."""
     pick_obs(draw, d)["graph_mode"] = pick(draw, ["full", "piecewise"])
 
 
@@ -266,25 +284,33 @@ def prefill_chunk(d, draw):
     cohere(d)
 
 
-@forgery("shape", r"^(prefill|decode)\[\d+\]\.snapshot: lists a request twice \(\['[^']+'\]\)$")
+@forgery("shape", r"^(prefill|decode|mixed)\[\d+\]\.snapshot: lists a request twice "
+         r"\(\['[^']+'\]\)$")
 def request_listed_twice(d, draw):
-    requests = pick_obs(draw, d, batch=2)["snapshot"]["requests"]
+    """One request given another's ID, in every step of its run (settled decode steps run
+    one batch)."""
+    obs = pick_obs(draw, d, batch=2)
+    requests = obs["snapshot"]["requests"]
     j = draw(st.integers(1, len(requests) - 1))
-    requests[j]["request_id"] = requests[0]["request_id"]
+    old, new = requests[j]["request_id"], requests[0]["request_id"]
+    for step in work_item(d, obs):
+        for request in step["snapshot"]["requests"]:
+            if request["request_id"] == old:
+                request["request_id"] = new
     cohere(d)
 
 
-@forgery("shape", r"^((prefill|decode)\[\d+\]\.native_iteration_id: must be >= 1 \(vLLM numbers "
-         r"steps from 1\), got -?\d+|.*\.snapshot\.corrections\[\d+\]: .*|rounds\[\d+\]\.order: "
-         r".* has native_iteration_id -?\d+, not after .*|decode\[\d+\]\.native_iteration_id: "
-         r"-?\d+ \(round \d+\) does not follow step \d+'s .*)$",
+@forgery("shape", r"^((prefill|decode|mixed)\[\d+\]\.native_iteration_id: must be >= 1 \(vLLM "
+         r"numbers steps from 1\), got -?\d+|.*\.snapshot\.corrections\[\d+\]: .*|"
+         r"rounds\[\d+\]\.order: .* has native_iteration_id -?\d+, not after .*|"
+         r"decode\[\d+\]\.native_iteration_id: -?\d+ \(round \d+\) does not follow step \d+'s .*)$",
          must=r"\.native_iteration_id: must be >= 1")
 def native_id_not_positive(d, draw):
     cohere(d)
     set_native_id(pick_obs(draw, d), -draw(st.integers(0, 10**6)))
 
 
-@forgery("shape", r"^(prefill|decode)\[\d+\]\.snapshot\.queue\.running: \d+, yet the step "
+@forgery("shape", r"^(prefill|decode|mixed)\[\d+\]\.snapshot\.queue\.running: \d+, yet the step "
          r"schedules \d+ requests \(every scheduled request is running\)$")
 def fewer_running_than_scheduled(d, draw):
     snap = pick_obs(draw, d)["snapshot"]
@@ -294,7 +320,7 @@ def fewer_running_than_scheduled(d, draw):
 
 # ---- 3. timing sums and bounds --------------------------------------------------------------
 
-STEP_BOUND = r"^(prefill|decode)\[\d+\]\.timing\.seconds: [-+.e\d]+ (is outside \[|for \d+ " \
+STEP_BOUND = r"^(prefill|decode|mixed)\[\d+\]\.timing\.seconds: [-+.e\d]+ (is outside \[|for \d+ " \
              r"scheduled tokens exceeds)"
 
 
@@ -341,11 +367,14 @@ def elapsed_beyond_the_clock(d, draw):
 
 # ---- 4. grid rules --------------------------------------------------------------------------
 
+MIXED_BATCHES = ("decode_batch_size", "prefill_batch_size")   # a mixed point's two batches
+
+
 def grid_phases(d):
-    return [p for p in forge.PHASES if d["grid"][p]]
+    return [p for p in forge.PHASES if d["grid"].get(p)]
 
 
-@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: duplicates (prefill|decode)\[\d+\]$")
+@forgery("grid", r"^grid\.(prefill|decode|mixed)\[\d+\]: duplicates (prefill|decode|mixed)\[\d+\]$")
 def duplicated_point(d, draw):
     phase = pick(draw, grid_phases(d))
     index = draw(st.integers(0, len(d["grid"][phase]) - 1))
@@ -361,11 +390,14 @@ def duplicated_point(d, draw):
     cohere(d)
 
 
-@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]\.batch_size: must be >= 1, got 0$")
+@forgery("grid", r"^grid\.((prefill|decode)\[\d+\]\.batch_size|mixed\[\d+\]\.(decode|prefill)_"
+         r"batch_size): must be >= 1, got 0$")
 def batch_size_zero(d, draw):
+    """A point of no requests (a mixed point's decode batch or its prefills), listed and
+    skipped."""
     phase = pick(draw, grid_phases(d))
     point = copy.deepcopy(pick(draw, d["grid"][phase]))
-    point["batch_size"] = 0
+    point[pick(draw, MIXED_BATCHES) if phase == "mixed" else "batch_size"] = 0
     d["grid"][phase].append(point)
     forge.drop_point(d, phase, len(d["grid"][phase]) - 1, "batch of zero requests")
     cohere(d)
@@ -391,11 +423,12 @@ def acceptance_length_outside_one_to_k_plus_one(d, draw):
 
 
 @forgery("grid", r"^(speculative\.draft_depth: must be >= 1 under eagle3, got 0|"
-         r"grid\.decode\[\d+\]\.draft_depth: must be >= 1, got 0)$|" + STEP_BOUND[1:],
+         r"grid\.(decode|mixed)\[\d+\]\.draft_depth: must be >= 1, got 0)$|" + STEP_BOUND[1:],
          must=r"^grid\.decode\[\d+\]\.draft_depth: must be >= 1, got 0$")
 def draft_depth_zero_under_eagle3(d, draw):
     """K=0 keeps the times of K=3 steps over a quarter of the tokens: on a slow step that
-    may also cross the per-token bound, a second tell."""
+    may also cross the per-token bound, a second tell. A mixed point's decodes verify the
+    same K: they go to 0 with it (their drafts and accepted drafts none)."""
     d["speculative"]["draft_depth"] = 0
     d["identity"]["draft_depth"]["value"] = 0
     if synthetic(d):
@@ -409,14 +442,24 @@ def draft_depth_zero_under_eagle3(d, draw):
         obs["snapshot"]["total_scheduled_tokens"] = len(obs["snapshot"]["requests"])
         obs["accepted_tokens"] = [0] * len(obs["accepted_tokens"])
         obs["observed_acceptance_length"] = obs["run_acceptance_length"] = 1.0
+    for point in d["grid"].get("mixed", []):
+        point.update(draft_depth=0, acceptance_length=1.0 if synthetic(d) else None)
+    for obs in d.get("mixed", []):
+        obs["point"] = d["grid"]["mixed"][obs["point_index"]]
+        for request in obs["snapshot"]["requests"]:
+            request["draft_tokens"] = 0
+        obs["snapshot"]["total_scheduled_tokens"] = sum(
+            r["new_tokens"] for r in obs["snapshot"]["requests"])
+        obs["accepted_tokens"] = [0] * len(obs["accepted_tokens"])
     forge.dedupe_decode(d)   # K=0 leaves one AL (1): a sweep of ALs collapses
     cohere(d)
 
 
-@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]: (needs batch_size\*\([a-z_+\d]+\) = \d+ KV "
+@forgery("grid", r"^grid\.((prefill|decode)\[\d+\]: (needs batch_size\*\([a-z_+\d]+\) = \d+ KV "
          r"tokens, kv_capacity\.tokens is \d+|the batch needs more KV than the engine holds "
          r"\(\d+ tokens\): .* = \d+|batch_size\*\(context\+output\) needs \d+ KV tokens, the "
-         r"engine holds \d+)$")
+         r"engine holds \d+)|mixed\[\d+\]: the step's requests need \d+ KV tokens, the engine "
+         r"holds \d+)$")
 def kv_capacity_too_small_for_the_grid(d, draw):
     kv = d["kv_capacity"]
     kv["num_blocks"] = draw(st.integers(1, 4))
@@ -442,26 +485,31 @@ def set_setting(d, name: str, value) -> None:
 
 
 def largest_batch(d) -> int:
-    return max(p["batch_size"] for phase in forge.PHASES for p in d["grid"][phase])
+    return max(p["batch_size"] for phase in ("prefill", "decode") for p in d["grid"][phase])
 
 
-@forgery("grid", r"^grid\.(prefill|decode)\[\d+\]\.batch_size: \d+ exceeds max_num_seqs \d+$",
+@forgery("grid", r"^grid\.((prefill|decode)\[\d+\]\.batch_size: \d+|mixed\[\d+\]: "
+         r"decode_batch_size \+ prefill_batch_size = \d+) exceeds max_num_seqs \d+$",
+         must=r"^grid\.(prefill|decode)\[\d+\]\.batch_size: \d+ exceeds max_num_seqs",
          applies=lambda d: limited(d) and largest_batch(d) > 1)
 def max_num_seqs_below_the_batches(d, draw):
     set_setting(d, "max_num_seqs", draw(st.integers(1, largest_batch(d) - 1)))
 
 
 @forgery("grid", r"^grid\.(prefill\[\d+\]: batch_size\*new_tokens = \d+ exceeds "
-         r"max_num_batched_tokens 8; the step would be chunked|decode\[\d+\]\.batch_size: "
-         r"re-admitting \d+ cached prompts takes up to \d+ tokens in one step, over "
-         r"max_num_batched_tokens 8)$", applies=limited)
+         r"max_num_batched_tokens 8; the step would be chunked|(decode\[\d+\]\.batch_size|"
+         r"mixed\[\d+\]\.decode_batch_size): re-admitting \d+ cached prompts takes up to \d+ "
+         r"tokens in one step, over max_num_batched_tokens 8|mixed\[\d+\]: decode_batch_size\*"
+         r"\(1\+draft_depth\) \+ prefill_batch_size\*prefill_tokens = \d+ exceeds "
+         r"max_num_batched_tokens 8; it would not be one step)$", applies=limited)
 def max_num_batched_tokens_of_8(d, draw):
     set_setting(d, "max_num_batched_tokens", 8)
 
 
-@forgery("grid", r"^grid\.(prefill\[\d+\]: cached_prefix_tokens\+new_tokens = \d+ exceeds "
-         r"max_model_len 16|decode\[\d+\]\.context_tokens: \d+ leaves no room for the run of "
-         r"\d+ output tokens within max_model_len 16)$", applies=limited)
+@forgery("grid", r"^grid\.((prefill\[\d+\]: cached_prefix_tokens\+new|mixed\[\d+\]: "
+         r"cached_prefix_tokens\+prefill)_tokens = \d+ exceeds max_model_len 16|(decode|mixed)"
+         r"\[\d+\]\.context_tokens: \d+ leaves no room for the run of \d+ output tokens within "
+         r"max_model_len 16)$", applies=limited)
 def max_model_len_of_16(d, draw):
     set_setting(d, "max_model_len", 16)
 
@@ -503,7 +551,7 @@ def settings_block_size_differs(d, draw):
 
 
 @forgery("grid", r"^(identity\.cudagraph_mode: '\w+' under identity\.settings\.enforce_eager "
-         r"true; an eager engine's mode is 'none'|(prefill|decode)\[\d+\]\.graph_mode: "
+         r"true; an eager engine's mode is 'none'|(prefill|decode|mixed)\[\d+\]\.graph_mode: "
          r"'(full|piecewise)', yet identity\.settings\.enforce_eager is true .*)$",
          must=r"^identity\.cudagraph_mode: '\w+' under identity\.settings\.enforce_eager true",
          applies=lambda d: limited(d) and captures(d))
@@ -719,8 +767,8 @@ def v2_label_with_negative_run_acceptance_samples(d, draw):
     pick(draw, d["decode"])["run_acceptance_samples"] = -draw(st.integers(1, 100))
 
 
-@forgery("legacy", r"^schema_version: expected an integer 1\.\.6, got (bool True|bool False|"
-         r"float [\d.]+|str '\d')$")
+@forgery("legacy", rf"^schema_version: expected an integer 1\.\.{SCHEMA_VERSION}, got (bool True|"
+         r"bool False|float [\d.]+|str '\d')$")
 def version_not_an_integer(d, draw):
     d["schema_version"] = pick(draw, [True, False, 1.0, 3.0, "3"])
 
@@ -765,17 +813,17 @@ def repeats_more_than_observed(d, draw):
     d["measurement_policy"]["repeats"] += draw(st.integers(1, 5))
 
 
-@forgery("repeats", r"^(measurement_policy\.repeats: must be >= 1, got -?\d+|(prefill|decode): "
-         r"point \d+: \d+ samples, yet its rule stopped it after \d+ .*|rounds: \d+ rounds, more "
-         r"than measurement_policy\.repeats -?\d+ .*|rounds\[\d+\]\.order: lists .*, whose \d+ "
-         r"samples before it need no further round)$",
+@forgery("repeats", r"^(measurement_policy\.repeats: must be >= 1, got -?\d+|"
+         r"(prefill|decode|mixed): point \d+: \d+ samples, yet its rule stopped it after \d+ "
+         r".*|rounds: \d+ rounds, more than measurement_policy\.repeats -?\d+ .*|"
+         r"rounds\[\d+\]\.order: lists .*, whose \d+ samples before it need no further round)$",
          must=r"^measurement_policy\.repeats: must be >= 1", applies=v4)
 def repeats_zero(d, draw):
     d["measurement_policy"]["repeats"] = -draw(st.integers(0, 3))
 
 
-@forgery("repeats", r"^(prefill|decode): point \d+: (\d+ samples, yet its rule stopped it after "
-         r"\d+ .*|measured more than once in a round .*|its samples, in the order of their "
+@forgery("repeats", r"^(prefill|decode|mixed): point \d+: (\d+ samples, yet its rule stopped it "
+         r"after \d+ .*|measured more than once in a round .*|its samples, in the order of their "
          r"rounds, are numbered .*)$",
          must=r"samples, yet its rule stopped it after", applies=v4)
 def an_extra_repeat(d, draw):
@@ -783,8 +831,7 @@ def an_extra_repeat(d, draw):
     already measured in (the IDs made to run along the order, as a forger would)."""
     phase = pick(draw, grid_phases(d))
     obs = pick(draw, d[phase])
-    item = [o for o in d[phase] if (o["point_index"], o.get("round"), o["repeat"]) ==
-            (obs["point_index"], obs.get("round"), obs["repeat"])]   # settled steps: several
+    item = work_item(d, obs)   # settled steps: several
     repeat = max(o["repeat"] for o in d[phase] if o["point_index"] == obs["point_index"]) + 1
     for step in item:
         twin = copy.deepcopy(step)
@@ -795,34 +842,37 @@ def an_extra_repeat(d, draw):
 
 
 @forgery("repeats", r"^summaries\[\d+\]\.\w+: [-+.e\d]+ != [-+.e\d]+, recomputed from the \d+ "
-         r"samples of (prefill|decode) point \d+$", applies=v4)
+         r"samples of (prefill|decode|mixed) point \d+$", applies=v4)
 def summary_altered(d, draw):
     summary = pick(draw, d["summaries"])
     name = pick(draw, ["median_seconds", "mean_seconds", "min_seconds", "max_seconds", "cv"])
     summary[name] += summary[name] * draw(st.floats(0.001, 10.0)) + 1e-6
 
 
-@forgery("repeats", r"^summaries: (prefill|decode) point \d+ is observed but has no summary$",
+@forgery("repeats", r"^summaries: (prefill|decode|mixed) point \d+ is observed but has no summary$",
          applies=v4)
 def summary_missing(d, draw):
     d["summaries"].pop(draw(st.integers(0, len(d["summaries"]) - 1)))
 
 
-@forgery("repeats", r"^summaries\[\d+\]: a second summary of (prefill|decode) point \d+",
+@forgery("repeats", r"^summaries\[\d+\]: a second summary of (prefill|decode|mixed) point \d+",
          applies=v4)
 def summary_twice(d, draw):
     d["summaries"].append(copy.deepcopy(pick(draw, d["summaries"])))
 
 
-@forgery("repeats", r"^(prefill|decode)\[\d+\]\.warmup_passes: \d+ is outside the policy's "
-         r"\[2, 8\]$", applies=v4)
+@forgery("repeats", r"^(prefill|decode|mixed)\[\d+\]\.warmup_passes: \d+ is outside the "
+         r"policy's \[\d, 8\]$", applies=v4)
 def warmup_passes_outside_the_policy(d, draw):
-    passes = pick(draw, [0, 1, WARMUP_MAX_PASSES + 1, 100])
+    """A point's passes outside the bounds its artifact's warm-up states: below them (none
+    below a minimum of 0, as by_shape_seeded's) or above."""
+    low = d["measurement_policy"]["warmup"]["min_passes"]
+    passes = pick(draw, [*range(low), WARMUP_MAX_PASSES + 1, 100])
     for obs in repeats_of(d, pick_obs(draw, d)):
         obs["warmup_passes"] = passes
 
 
-@forgery("repeats", r"^(prefill|decode)\[\d+\]\.warmup_settled: false after \d+ passes; a "
+@forgery("repeats", r"^(prefill|decode|mixed)\[\d+\]\.warmup_settled: false after \d+ passes; a "
          r"warm-up that does not settle runs all 8 passes$", applies=v4)
 def warmup_unsettled_early(d, draw):
     passes = draw(st.integers(2, WARMUP_MAX_PASSES - 1))
@@ -877,7 +927,7 @@ def slowest_rank_of_one_rank(d, draw):
         obs["timing"]["rank_seconds"] = [obs["timing"]["seconds"]]
 
 
-@forgery("repeats", r"^(prefill|decode)\[\d+\]\.timing\.rank_seconds: \[.*\] under "
+@forgery("repeats", r"^(prefill|decode|mixed)\[\d+\]\.timing\.rank_seconds: \[.*\] under "
          r"step_time_rule 'single_rank'", applies=v4)
 def rank_times_of_one_rank(d, draw):
     timing = pick_obs(draw, d)["timing"]
@@ -899,8 +949,8 @@ def two_ranks_one_rank_of_blocks(d, draw):
     two_ranks(d, slowest=True)
 
 
-@forgery("repeats", r"^(prefill|decode)\[\d+\]\.timing\.seconds: [-+.e\d]+ is not the slowest "
-         r"rank's time", applies=v4)
+@forgery("repeats", r"^(prefill|decode|mixed)\[\d+\]\.timing\.seconds: [-+.e\d]+ is not the "
+         r"slowest rank's time", applies=v4)
 def two_ranks_time_not_the_slowest(d, draw):
     d["kv_capacity"]["rank_num_blocks"] *= 2
     two_ranks(d, slowest=False)
@@ -953,7 +1003,7 @@ def seed_changed(d, draw):
     d["measurement_policy"]["order_seed"] += draw(st.integers(1, 1000))
 
 
-@forgery("rounds", r"^(rounds\[\d+\]\.order: (prefill|decode)\[\d+\] in round \d+ has "
+@forgery("rounds", r"^(rounds\[\d+\]\.order: (prefill|decode|mixed)\[\d+\] in round \d+ has "
          r"native_iteration_id \d+, not after .*; the observations were not taken in the "
          r"recorded order|decode\[\d+\]\.native_iteration_id: \d+ \(round \d+\) does not "
          r"follow step \d+'s \d+ .*)$", must=r"^rounds\[\d+\]\.order: ", applies=v5)
@@ -1011,22 +1061,22 @@ def round_left_open(d, draw):
 def last_round_dropped(d, draw):
     """A collection shortened by a round (its samples removed) but still called complete."""
     last = d["rounds"].pop()["index"]
-    for phase in forge.PHASES:
+    for phase in forge.phases_of(d):
         d[phase] = [o for o in d[phase] if o["round"] != last]
     cohere(d)
     d["status"] = "complete"
 
 
-@forgery("rounds", r"^((prefill|decode): point \d+: (\d+ samples, yet its rule stopped it after "
-         r"\d+ .*|has a sample in round \d+, which does not list it)|rounds: \d+ rounds, more "
-         r"than measurement_policy\.repeats \d+ .*|rounds\[\d+\]\.order: lists .*)$",
+@forgery("rounds", r"^((prefill|decode|mixed): point \d+: (\d+ samples, yet its rule stopped it "
+         r"after \d+ .*|has a sample in round \d+, which does not list it)|rounds: \d+ rounds, "
+         r"more than measurement_policy\.repeats \d+ .*|rounds\[\d+\]\.order: lists .*)$",
          must=r"^rounds: \d+ rounds, more than measurement_policy\.repeats", applies=v5)
 def a_round_more_than_the_policy(d, draw):
     """One more round of every point (a copy of the last), the policy's repeats unchanged."""
     last = d["rounds"][-1]
     index = len(d["rounds"])
     d["rounds"].append(dict(copy.deepcopy(last), index=index))
-    for phase in forge.PHASES:
+    for phase in forge.phases_of(d):
         for obs in [o for o in d[phase] if o["round"] == last["index"]]:
             twin = copy.deepcopy(obs)
             twin.update(round=index, repeat=obs["repeat"] + 1)
@@ -1034,14 +1084,18 @@ def a_round_more_than_the_policy(d, draw):
     cohere(d)
 
 
-@forgery("rounds", r"^((prefill|decode): point \d+[: ].*|rounds\[\d+\]\.order: .*|"
+@forgery("rounds", r"^((prefill|decode|mixed): point \d+[: ].*|rounds\[\d+\]\.order: .*|"
          r"summaries\[\d+\]\.canary_spread: .*)$",
-         must=r"^(prefill|decode): point \d+ (has a sample in round \d+, which does not list it|"
-         r"has no sample in round \d+, which lists it)", applies=lambda d: rounds_with(d, 2))
+         must=r"^(prefill|decode|mixed): point \d+ (has a sample in round \d+, which does not "
+         r"list it|has no sample in round \d+, which lists it)",
+         applies=lambda d: rounds_with(d, 2))
 def sample_moved_to_another_round(d, draw):
-    """A sample said to be of another round than the one that listed it."""
+    """A sample said to be of another round than the one that listed it (a sample of
+    settled decode steps moved whole: its steps run one after the other in one round)."""
     obs = pick_obs(draw, d)
-    obs["round"] = pick(draw, [r["index"] for r in d["rounds"] if r["index"] != obs["round"]])
+    moved = pick(draw, [r["index"] for r in d["rounds"] if r["index"] != obs["round"]])
+    for step in work_item(d, obs):
+        step["round"] = moved
     forge.resummarize(d)
     forge.recanary(d)
     reseal(d)
@@ -1089,19 +1143,21 @@ def settled_step_index_forged(d, draw):
 
 
 @forgery("shape", r"^(decode\[\d+\]\.snapshot: (requests\[\d+\]\.kv_tokens is \d+, step \d+ "
-         r"of the point .*|request '[^']+' reads \d+ KV tokens at step \d+; .*))$",
+         r"of the point .*|request '[^']+' reads \d+ KV tokens at step \d+; .*)|decode\[\d+\]\."
+         r"snapshot\.phase: recorded 'decode', but its requests make it 'mixed'; .*)$",
          must=r"^decode\[\d+\]\.snapshot: ", applies=settled)
 def settled_context_forged(d, draw):
     """One request of a settled step said to read another context: off the bound of its
-    step, or off the chain from the step before it."""
+    step, or off the chain from the step before it. Read short of its prompt, the request
+    is one still prefilling, and the decode step a mixed one: a second tell."""
     obs = pick(draw, [o for o in d["decode"] if o["step_index"] > 3])
     request = pick(draw, obs["snapshot"]["requests"])
     request["kv_tokens"] += pick(draw, [-1, 1, 50, -obs["point"]["context_tokens"]])
     reseal(d)
 
 
-@forgery("relabel", r"^(prefill|decode)\[\d+\]\.gpu_clock: .* on a 'cpu' run; only a CUDA run "
-         r"reads a GPU clock \(relabelled\?\)$", applies=lambda d: v6(d) and cpu(d))
+@forgery("relabel", r"^(prefill|decode|mixed)\[\d+\]\.gpu_clock: .* on a 'cpu' run; only a CUDA "
+         r"run reads a GPU clock \(relabelled\?\)$", applies=lambda d: v6(d) and cpu(d))
 def gpu_clock_on_cpu(d, draw):
     obs = pick_obs(draw, d)
     obs["gpu_clock"] = copy.deepcopy(CLOCK)
@@ -1113,7 +1169,7 @@ def _cuda_v6(d) -> None:
     relabel(d, "nothing")
 
 
-@forgery("timing", r"^(prefill|decode)\[\d+\]\.gpu_clock\.(capped: (True|False), yet its "
+@forgery("timing", r"^(prefill|decode|mixed)\[\d+\]\.gpu_clock\.(capped: (True|False), yet its "
          r"reasons .*|sm_mhz_(before|after): \d+ MHz is outside .*|reasons: .*)$",
          applies=lambda d: v6(d) and cpu(d))
 def gpu_clock_forged(d, draw):
@@ -1131,12 +1187,301 @@ def gpu_clock_forged(d, draw):
     reseal(d)
 
 
-@forgery("relabel", r"^(prefill|decode)\[\d+\]\.gpu_clock: null on a cuda run; every CUDA "
+@forgery("relabel", r"^(prefill|decode|mixed)\[\d+\]\.gpu_clock: null on a cuda run; every CUDA "
          r"sample carries the GPU clock it ran at$", applies=lambda d: v6(d) and cpu(d))
 def gpu_clock_dropped(d, draw):
     _cuda_v6(d)
     pick_obs(draw, d)["gpu_clock"] = None
     reseal(d)
+
+
+# ---- mixed steps (schema v7) ---------------------------------------------------------------
+# A mixed point is one engine step: decode_batch_size requests decoding (1 new token and K
+# drafts each) beside prefill_batch_size requests prefilling prefill_tokens after a cached
+# prefix, retained at run step MIXED_STEP_INDEX under the mixed_step policy. Each forgery
+# below edits a real mixed row of the current base (cpu-v7), keeps every count derived from
+# it (the step's token total, the queue, sums, summaries, digests) and leaves its one rule to
+# catch it; legacy bases hold no mixed row, so none applies there.
+
+def mixed_rows(d):
+    return bool(d.get("mixed"))
+
+
+def kind_of(request: dict) -> str:
+    """A request of a mixed step: prefilling while its KV is short of its prompt."""
+    return "prefilling" if request["kv_tokens"] < request["prompt_tokens"] else "decoding"
+
+
+def pick_request(draw: Draw, obs: dict, kind: str) -> tuple[int, dict]:
+    return pick(draw, [(j, r) for j, r in enumerate(obs["snapshot"]["requests"])
+                       if kind_of(r) == kind])
+
+
+def retotal(obs: dict) -> None:
+    """The step's scheduled tokens, the sum of its requests' new and draft tokens."""
+    snap = obs["snapshot"]
+    snap["total_scheduled_tokens"] = sum(r["new_tokens"] + r["draft_tokens"]
+                                         for r in snap["requests"])
+
+
+MIXED_SHAPE = r"^mixed\[\d+\]\.snapshot: "
+
+
+@forgery("shape", MIXED_SHAPE + r"requests\[\d+\] \(prefilling\)\.new_tokens is \d+, the point "
+         r"needs \d+$", applies=mixed_rows)
+def mixed_prefill_new_tokens_off(d, draw):
+    """A prefill of the step said to compute another number of new tokens (its prompt and
+    the step's total made to fit: a whole prompt, of another length)."""
+    obs = pick(draw, d["mixed"])
+    _, request = pick_request(draw, obs, "prefilling")
+    delta = pick(draw, [-1, 1, 16, -request["new_tokens"] // 2])
+    request["new_tokens"] += delta
+    request["prompt_tokens"] += delta
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", MIXED_SHAPE + r"requests\[\d+\] \(decoding\)\.draft_tokens is \d+, the point "
+         r"needs \d+$", applies=mixed_rows)
+def mixed_decode_drafts_off(d, draw):
+    """A decode of the step said to verify another number of drafts than the point's K."""
+    obs = pick(draw, d["mixed"])
+    _, request = pick_request(draw, obs, "decoding")
+    k = obs["point"]["draft_depth"]
+    request["draft_tokens"] = pick(draw, [n for n in (0, 1, k - 1, k + 1, 2 * k) if n != k])
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.snapshot(: holds \d+ decoding and \d+ prefilling requests, "
+         r"the point \d+ and \d+|\.phase: recorded 'mixed', but its requests make it "
+         r"'(decode|prefill)'; .*)$",
+         must=MIXED_SHAPE + r"holds \d+ decoding and \d+ prefilling requests, the point",
+         applies=mixed_rows)
+def mixed_request_dropped(d, draw):
+    """One request of the step gone, a decode or a prefill: the step holds one request too
+    few (its queue and token total made to fit). Where it was the only one of its kind, the
+    step left is no mixed step at all, a second tell."""
+    obs = pick(draw, d["mixed"])
+    j, _ = pick_request(draw, obs, pick(draw, ["decoding", "prefilling"]))
+    snap = obs["snapshot"]
+    del snap["requests"][j]
+    snap["queue"]["running"] = len(snap["requests"])
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", MIXED_SHAPE + r"requests\[\d+\] \(decoding\)\.new_tokens is \d+, the point "
+         r"needs 1$", applies=mixed_rows)
+def mixed_decode_with_prefill_tokens(d, draw):
+    """A decoding request (its KV past its prompt) said to compute prefill tokens in the step
+    beside its one new token and drafts."""
+    obs = pick(draw, d["mixed"])
+    _, request = pick_request(draw, obs, "decoding")
+    request["new_tokens"] += pick(draw, [1, 15, obs["point"]["prefill_tokens"]])
+    retotal(obs)
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.snapshot(\.total_scheduled_tokens: \d+ != the requests' new "
+         r"\+ draft tokens \d+|: total_scheduled_tokens is \d+, the point's decode_batch_size\*"
+         r"\(1\+draft_depth\) \+ prefill_batch_size\*prefill_tokens = \d+)$",
+         must=MIXED_SHAPE + r"total_scheduled_tokens is \d+, the point's decode_batch_size",
+         applies=mixed_rows)
+def mixed_token_sum_off(d, draw):
+    """The step's scheduled tokens said to be other than the point's B_d*(1+K) + B_p*N."""
+    obs = pick(draw, d["mixed"])
+    point = obs["point"]
+    obs["snapshot"]["total_scheduled_tokens"] = pick(draw, [
+        point["decode_batch_size"] + point["prefill_batch_size"] * point["prefill_tokens"],
+        point["prefill_batch_size"] * point["prefill_tokens"],
+        obs["snapshot"]["total_scheduled_tokens"] + draw(st.integers(1, 64))])
+    cohere(d)
+
+
+@forgery("relabel", r"^mixed\[\d+\]\.snapshot(\.phase: '(decode|prefill)' in a mixed "
+         r"observation; .*|: phase is '(decode|prefill)', the point is 'mixed')$",
+         must=MIXED_SHAPE + r"phase is '(decode|prefill)', the point is 'mixed'$",
+         applies=mixed_rows)
+def mixed_step_relabelled(d, draw):
+    """A mixed step's snapshot said to be a decode or a prefill step."""
+    pick(draw, d["mixed"])["snapshot"]["phase"] = pick(draw, ["decode", "prefill"])
+    cohere(d)
+
+
+def decode_twin(d) -> tuple[dict, dict] | None:
+    """A decode point and a mixed point of one decode batch (batch, context, K, AL)."""
+    for decode in d["grid"]["decode"]:
+        for mixed in d["grid"].get("mixed", []):
+            if (decode["batch_size"], decode["context_tokens"], decode["draft_depth"],
+                    decode["acceptance_length"]) == (
+                    mixed["decode_batch_size"], mixed["context_tokens"],
+                    mixed["draft_depth"], mixed["acceptance_length"]):
+                return decode, mixed
+    return None
+
+
+@forgery("relabel", r"^mixed\[\d+\]\.snapshot(\.phase: (recorded 'mixed', but its requests make "
+         r"it 'decode'|'decode' in a mixed observation); .*|: (holds \d+ decoding and 0 "
+         r"prefilling requests, the point \d+ and \d+|phase is 'decode', the point is "
+         r"'mixed'))$", must=MIXED_SHAPE + r"(holds \d+ decoding and 0 prefilling|phase is "
+         r"'decode')", applies=lambda d: mixed_rows(d) and decode_twin(d) is not None)
+def decode_step_moved_into_mixed(d, draw):
+    """A sample of a mixed point replaced by a settled decode step of the same decode batch
+    (the first retained one, which a mixed step is: run step 3), its snapshot said mixed or
+    left decode; the mixed row's own fields (point, round, repeat, warm-up, the prefill's
+    verified cache hit) kept, the IDs renumbered along the rounds' orders."""
+    decode_point, mixed_point = decode_twin(d)
+    decode_index = d["grid"]["decode"].index(decode_point)
+    mixed_index = d["grid"]["mixed"].index(mixed_point)
+    victim = pick(draw, [o for o in d["mixed"] if o["point_index"] == mixed_index])
+    step = pick(draw, [o for o in d["decode"] if o["point_index"] == decode_index
+                       and o["step_index"] == victim["step_index"]])
+    moved = copy.deepcopy(victim)
+    for name in ("snapshot", "timing", "provenance", "accepted_tokens", "graph_mode",
+                 "gpu_clock"):
+        moved[name] = copy.deepcopy(step[name])
+    if draw(st.booleans()):
+        moved["snapshot"]["phase"] = "mixed"
+    d["mixed"][d["mixed"].index(victim)] = moved
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.step_index: mixed_step retains run step 3 \(the first "
+         r"settled step of the decode batch, where the prefills are admitted\), got \d+$",
+         applies=mixed_rows)
+def mixed_step_index_wrong(d, draw):
+    """A mixed row said to be another step of its run: the admission, the transient first
+    decode step, or a later one."""
+    pick(draw, d["mixed"])["step_index"] = pick(draw, [1, 2, 4, 5, 9])
+    reseal(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.cache_hit_tokens: \[[\d, ]*\]; each of \d+ prefills is "
+         r"verified as a hit of \d+ tokens$", applies=mixed_rows)
+def mixed_cache_hits_not_the_prefix(d, draw):
+    """The prefills' verified cache hits said to be other than the point's cached prefix:
+    one hit off by a block or more, none at all, or one prefill's hit missing."""
+    obs = pick(draw, d["mixed"])
+    hits = obs["cache_hit_tokens"]
+    how = pick(draw, ["off", "none", "missing"])
+    if how == "off":
+        j = draw(st.integers(0, len(hits) - 1))
+        hits[j] += pick(draw, [16, 64]) if hits[j] == 0 else -pick(draw, [16, hits[j]])
+    elif how == "none" or len(hits) == 1:
+        hits.append(hits[0])
+    else:
+        hits.pop()
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.kv_seed_regime: '\w+' does not fit cached_prefix_tokens "
+         r"\d+$", applies=mixed_rows)
+def mixed_prefix_regime_forged(d, draw):
+    """The prefills' seed regime said synthetic (a mixed step's prefix is a real one), or
+    none where the point has a cached prefix (or real where it has none)."""
+    obs = pick(draw, d["mixed"])
+    real = obs["point"]["cached_prefix_tokens"] > 0
+    obs["kv_seed_regime"] = pick(draw, ["synthetic_prefix", "none" if real else "real_prefix"])
+    cohere(d)
+
+
+@forgery("grid", r"^(grid\.mixed: mode '(prefill|decode)' has no mixed phase, yet the grid "
+         r"lists \d+ mixed points|mixed: mode '(prefill|decode)' measures no mixed points, yet "
+         r"\d+ observations are present|measurement_policy\.mixed: expected None for mode "
+         r"'(prefill|decode)' with mixed points, got 'mixed_step'|rounds\[\d+\]\.order: "
+         r"PointRef\(phase='mixed', point_index=\d+\) is no point of the grid)$",
+         must=r"^mixed: mode '(prefill|decode)' measures no mixed points, yet \d+ observations",
+         applies=mixed_rows)
+def mixed_rows_in_a_two_phase_mode(d, draw):
+    """A prefill or a decode artifact (the other phases cut out) that kept its mixed points
+    and rows, its policy stating mixed_step or not."""
+    mode = pick(draw, ["prefill", "decode"])
+    forge.keep_phases(d, mode, (mode, "mixed"))
+    if draw(st.booleans()):
+        d["measurement_policy"]["mixed"] = None
+
+
+@forgery("grid", r"^(mixed\[\d+\]\.point_index: \d+ is outside grid\.mixed \(0\.\.-1\)|"
+         r"measurement_policy\.mixed: expected None for mode 'agg', got 'mixed_step'|"
+         r"rounds\[\d+\]\.order: PointRef\(phase='mixed', point_index=\d+\) is no point of "
+         r"the grid|coverage: completed \d+ \+ skipped \d+ != expected \d+)$",
+         must=r"^mixed\[\d+\]\.point_index: \d+ is outside grid\.mixed", applies=mixed_rows)
+def mixed_rows_without_mixed_points(d, draw):
+    """Mixed rows in an agg artifact whose grid holds no mixed point (as agg is for the
+    consumer unless mixed points were asked for)."""
+    d["grid"]["mixed"] = []
+    if draw(st.booleans()):
+        d["measurement_policy"]["mixed"] = None
+    cohere(d)
+
+
+@forgery("header", r"^measurement_policy\.mixed: expected 'mixed_step' for mode '(agg|mixed)' "
+         r"with mixed points, got (None|'\w+')$", applies=mixed_rows)
+def mixed_policy_not_stated(d, draw):
+    """A collection with mixed points whose policy does not state mixed_step for them."""
+    d["measurement_policy"]["mixed"] = pick(draw, [None, "settled_steps", "single_step",
+                                                   "steady_step"])
+
+
+@forgery("relabel", r"^decode\[\d+\]\.snapshot(\.phase: 'mixed' in a decode observation; .*|: "
+         r"phase is 'mixed', the point is 'decode'|: request '[^']+' of step \d+ is not in step "
+         r"\d+; a work item's steps run one batch)$",
+         must=r"^decode\[\d+\]\.snapshot: phase is 'mixed', the point is 'decode'$",
+         applies=lambda d: mixed_rows(d) and decode_twin(d) is not None)
+def mixed_step_moved_into_decode(d, draw):
+    """The reverse: a settled decode step replaced by a mixed step of the same decode batch
+    (its prefills beside the batch's decodes), the decode row's own fields kept; the steps
+    after it in its run no longer follow it, a second tell."""
+    decode_point, mixed_point = decode_twin(d)
+    decode_index = d["grid"]["decode"].index(decode_point)
+    mixed_index = d["grid"]["mixed"].index(mixed_point)
+    step = pick(draw, [o for o in d["mixed"] if o["point_index"] == mixed_index])
+    victim = pick(draw, [o for o in d["decode"] if o["point_index"] == decode_index])
+    for name in ("snapshot", "timing", "provenance", "graph_mode", "gpu_clock"):
+        victim[name] = copy.deepcopy(step[name])
+    cohere(d)
+
+
+@forgery("shape", r"^mixed\[\d+\]\.accepted_tokens(: \d+ entries for decode_batch_size \d+|"
+         r"\[\d+\]: -?\d+ is outside \[0, \d+\])$", applies=mixed_rows)
+def mixed_accepted_drafts_off(d, draw):
+    """The decodes' accepted drafts said to be more than K for one request, fewer than none,
+    or listed for one request more or fewer than the decode batch."""
+    obs = pick(draw, d["mixed"])
+    accepted, k = obs["accepted_tokens"], obs["point"]["draft_depth"]
+    how = pick(draw, ["beyond", "negative", "more", "fewer"])
+    if how in ("beyond", "negative"):
+        accepted[draw(st.integers(0, len(accepted) - 1))] = k + 1 if how == "beyond" else -1
+    elif how == "more" or len(accepted) == 1:
+        accepted.append(0)
+    else:
+        accepted.pop()
+    cohere(d)
+
+
+@forgery("repeats", r"^mixed\[\d+\]\.warmup_passes: 0 under the by_shape_seeded warm-up(; a mixed "
+         r"point takes at least 1|, yet no earlier mixed point of its compiled shape .*)$",
+         must=r"^mixed\[\d+\]\.warmup_passes: 0 under the by_shape_seeded warm-up; a mixed point "
+         r"takes at least 1$",
+         applies=lambda d: mixed_rows(d) and
+         d["measurement_policy"]["warmup"]["rule"] == "by_shape_seeded")
+def mixed_point_without_its_warmup_pass(d, draw):
+    """A mixed point said to have run with no warm-up pass, as a seeded decode point may (a
+    mixed point's prefills are new work: it takes its one pass)."""
+    for obs in repeats_of(d, pick(draw, d["mixed"])):
+        obs.update(warmup_passes=0, warmup_settled=True)
+    cohere(d)
+
+
+MIXED_FORGERIES = ("mixed_prefill_new_tokens_off", "mixed_decode_drafts_off",
+                   "mixed_request_dropped", "mixed_decode_with_prefill_tokens",
+                   "mixed_token_sum_off", "mixed_step_relabelled",
+                   "decode_step_moved_into_mixed", "mixed_step_index_wrong",
+                   "mixed_cache_hits_not_the_prefix", "mixed_prefix_regime_forged",
+                   "mixed_rows_in_a_two_phase_mode", "mixed_rows_without_mixed_points",
+                   "mixed_policy_not_stated", "mixed_step_moved_into_decode",
+                   "mixed_accepted_drafts_off", "mixed_point_without_its_warmup_pass")
 
 
 # ---- the test --------------------------------------------------------------------------------
@@ -1170,6 +1515,16 @@ def test_every_class_has_a_forgery_on_every_base(base):
     assert covered == set(CLASSES) - missing
 
 
+def test_the_mixed_forgeries_run_on_the_current_base_alone():
+    """Each forgery of a mixed row or point is in the corpus and runs where mixed rows are
+    (cpu-v7, the current schema); no legacy base holds one, so none runs there."""
+    named = {f.name: f for f in FORGERIES}
+    assert set(MIXED_FORGERIES) <= set(named)
+    for base in BASES:
+        runs = {name for name in MIXED_FORGERIES if named[name].applies(forge._LOADED[base])}
+        assert runs == (set(MIXED_FORGERIES) if base == "cpu-v7" else set()), base
+
+
 @pytest.mark.parametrize("base", list(BASES))
 def test_the_bases_are_valid(base):
     report = validate_data(load(base))
@@ -1189,14 +1544,14 @@ def test_real_gpu_names_are_accepted_on_a_cuda_run(base, name):
                                   "AuthenticAMD"])
 def test_cpu_names_are_accepted_on_a_cpu_run(name):
     """A GPU prefix counts as a whole word: Windows' "AMD64 ..." processor is no GPU."""
-    d = load("cpu-v6")
+    d = load("cpu-v7")
     rename_device(d, name)
     report = validate_data(d)
     assert report.ok, report.errors
 
 
 def test_an_unmeasured_observer_cost_is_flagged_not_refused():
-    d = load("cpu-v6")
+    d = load("cpu-v7")
     d["observer_cost"] = None
     report = validate_data(d)
     assert report.ok, report.errors
@@ -1205,7 +1560,7 @@ def test_an_unmeasured_observer_cost_is_flagged_not_refused():
 
 
 def test_contention_is_flagged_not_refused():
-    d = load("cpu-v6")
+    d = load("cpu-v7")
     d["environment"].update(other_cpu_cores=1.7, contended=True,
                             reason="other processes used 1.70 CPU cores on average")
     report = validate_data(d)
@@ -1290,16 +1645,16 @@ def _write_hostile(tmp_path, kind: str):
     if kind == "deep-arrays":
         path.write_text("[" * 200_000 + "]" * 200_000)
     elif kind == "deep-in-an-artifact":
-        d = load("cpu-v6")
+        d = load("cpu-v7")
         text = json.dumps(d)
         path.write_text(text[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     elif kind == "deep-objects":
         path.write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
     elif kind == "duplicate-key":
-        text = json.dumps(load("cpu-v6"))
+        text = json.dumps(load("cpu-v7"))
         path.write_text(text[:-1] + ', "run_id": "another"}')
     elif kind == "duplicate-nested-key":
-        text = json.dumps(load("cpu-v6")).replace('"phase": "decode",',
+        text = json.dumps(load("cpu-v7")).replace('"phase": "decode",',
                                                   '"phase": "decode", "phase": "prefill",', 1)
         path.write_text(text)
     elif kind == "oversized":
@@ -1318,11 +1673,11 @@ def _write_hostile(tmp_path, kind: str):
                 handle.write(b" " * (1 << 20))
             handle.write(b" " * (MAX_ARTIFACT_BYTES % (1 << 20) + 1))
     elif kind == "broken-gzip":
-        path.write_bytes(gzip.compress(json.dumps(load("cpu-v6")).encode())[:4096])
+        path.write_bytes(gzip.compress(json.dumps(load("cpu-v7")).encode())[:4096])
     elif kind == "xz-bomb":   # a few KiB on disk, one byte past the cap once inflated
         path.write_bytes(lzma.compress(b" " * (MAX_ARTIFACT_BYTES + 1), preset=1))
     elif kind == "broken-xz":
-        path.write_bytes(lzma.compress(json.dumps(load("cpu-v6")).encode())[:4096])
+        path.write_bytes(lzma.compress(json.dumps(load("cpu-v7")).encode())[:4096])
     return path
 
 
@@ -1375,7 +1730,7 @@ def test_hostile_json_from_the_command_line_prints_no_traceback(tmp_path):
 
 
 def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
-    d = load("cpu-v6")
+    d = load("cpu-v7")
     extra = MAX_REPORTED_VIOLATIONS + 7
     d.update({f"forged_{i}": i for i in range(extra)})
     path = tmp_path / "many.json"
@@ -1388,7 +1743,7 @@ def test_violations_are_printed_up_to_the_cap_then_counted(tmp_path, capsys):
 
 
 def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
-    d = load("cpu-v6")
+    d = load("cpu-v7")
     d["forged\nVALID everything"] = 1
     path = tmp_path / "newline.json"
     path.write_text(json.dumps(d))
@@ -1400,7 +1755,7 @@ def test_a_message_is_one_line_whatever_the_artifact_holds(tmp_path, capsys):
 
 def test_measured_sum_tolerance_is_relative():
     """A sum that differs by float rounding only (order of addition) is accepted."""
-    d = load("cpu-v6")
+    d = load("cpu-v7")
     d["measured_seconds"] = math.fsum(o["timing"]["seconds"] for _, o in observations(d)) * \
         (1 + 1e-12)
     assert validate_data(d).ok

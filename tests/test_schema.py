@@ -28,21 +28,24 @@ def test_schema_rejects_a_missing_field(cpu_artifact_data):
 
 
 def _forged(data):
-    """Three violations: one in the header, one in each observation list (the last row)."""
+    """Four violations: one in the header, one in each observation list (the last row)."""
     data["mode"] = 5
     data["prefill"][-1]["graph_mode"] = 3
     data["decode"][-1]["snapshot"]["requests"][0]["kv_tokens"] = "x"
+    data["mixed"][-1]["step_index"] = "3"
     return data
 
 
 def test_violations_name_the_path_of_each_error(cpu_artifact_data):
     assert schema.violations(cpu_artifact_data) == []
     found = schema.violations(_forged(cpu_artifact_data))
-    last_prefill, last_decode = (len(cpu_artifact_data[n]) - 1 for n in ("prefill", "decode"))
+    last_prefill, last_decode, last_mixed = (len(cpu_artifact_data[n]) - 1
+                                             for n in ("prefill", "decode", "mixed"))
     assert sorted(found) == sorted([
-        "mode: 5 is not one of ['prefill', 'decode', 'agg']",
+        "mode: 5 is not one of ['prefill', 'decode', 'agg', 'mixed']",
         f"prefill.{last_prefill}.graph_mode: 3 is not one of ['eager', 'piecewise', 'full']",
-        f"decode.{last_decode}.snapshot.requests.0.kv_tokens: 'x' is not of type 'integer'"])
+        f"decode.{last_decode}.snapshot.requests.0.kv_tokens: 'x' is not of type 'integer'",
+        f"mixed.{last_mixed}.step_index: '3' is not of type 'integer'"])
 
 
 def test_observations_checked_in_worker_processes_find_what_one_process_finds(
@@ -52,7 +55,7 @@ def test_observations_checked_in_worker_processes_find_what_one_process_finds(
     data = _forged(cpu_artifact_data)
     data["decode"] = data["decode"] * 3   # more slices than the lists: indexes offset
     serial = schema.violations(data, workers=1)
-    assert len(serial) == 5   # the forged decode row, three times
+    assert len(serial) == 6   # the forged decode row, three times
     assert sorted(schema.violations(data, workers=3)) == sorted(serial)
 
 

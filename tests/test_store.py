@@ -56,7 +56,8 @@ def test_an_artifacts_text_is_its_json_with_a_line_an_observation(cpu_artifact_d
     from pytest_sdbench.artifact.validate.report import validate_data
     from pytest_sdbench.wire import typed
     artifact = validate_data(cpu_artifact_data).artifact
-    rows = [*artifact.prefill, *artifact.decode]
+    rows = [*artifact.prefill, *artifact.decode, *artifact.mixed]
+    assert artifact.mixed   # the v7 fixture: every phase's rows
     encoded: list = []
     real = typed.encode
     monkeypatch.setattr(store.typed, "encode", lambda v: (encoded.append(v), real(v))[1])

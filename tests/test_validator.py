@@ -1,6 +1,7 @@
 """Each rule of the fail-closed validator rejects its case and names the field and value.
-The artifacts are mutations of a real CPU artifact (tests/fixtures/cpu-agg-v6.json: 3
-rounds), or of the legacy bases of tests/forge.py where a rule is about them."""
+The artifacts are mutations of a real CPU artifact (tests/fixtures/cpu-agg-v7.json: 3
+rounds; 8 prefill, 4 decode and 3 mixed points), or of the legacy bases of tests/forge.py
+where a rule is about them."""
 
 import json
 import math
@@ -9,7 +10,11 @@ import re
 import pytest
 
 from pytest_sdbench.artifact.validate.report import Report, validate_data
-from pytest_sdbench.wire.contract import WARMUP_MAX_PASSES
+from pytest_sdbench.wire.contract import (
+    SCHEMA_VERSION,
+    WARMUP_MAX_PASSES,
+    WARMUP_MIN_PASSES,
+)
 
 from . import forge
 from .conftest import FIXTURES
@@ -33,7 +38,7 @@ def test_missing_observation(cpu_artifact_data):
     cpu_artifact_data["decode"] = [o for o in cpu_artifact_data["decode"] if o["point_index"] != 1]
     text = errors_of(cpu_artifact_data)
     assert "grid.decode[1] has no observation" in text
-    assert "coverage.completed: 12, the artifact observes 11 points" in text
+    assert "coverage.completed: 15, the artifact observes 14 points" in text
 
 
 def test_duplicated_observation(cpu_artifact_data):
@@ -81,7 +86,7 @@ def test_cpu_timing_relabelled_as_cuda(cpu_artifact_data):
 def test_whole_artifact_relabelled_as_cuda(cpu_artifact_data):
     cpu_artifact_data["device"] = "cuda"
     cpu_artifact_data["environment"]["other_gpu_processes"] = 0
-    for phase in ("prefill", "decode"):
+    for phase in ("prefill", "decode", "mixed"):
         for obs in cpu_artifact_data[phase]:
             obs["provenance"]["device"] = "cuda"
             obs["provenance"]["timer"] = "torch.cuda.Event(enable_timing=True)"
@@ -96,7 +101,7 @@ def test_whole_artifact_relabelled_as_cuda(cpu_artifact_data):
         "NVIDIA, Tesla, Quadro, GeForce, TITAN, AMD, Radeon, AMD Instinct, a CPU's with none",
         "identity.attention_backend: 'CPU_ATTN' is a cpu backend, on a 'cuda' run"]
     # no sample carries the GPU clock a CUDA run reads beside each work item
-    observed = [f"{phase}[{i}]" for phase in ("prefill", "decode")
+    observed = [f"{phase}[{i}]" for phase in ("prefill", "decode", "mixed")
                 for i in range(len(cpu_artifact_data[phase]))]
     assert lines[2:2 + len(observed)] == [f"{where}.gpu_clock: null on a cuda run; every CUDA "
                                           "sample carries the GPU clock it ran at"
@@ -112,7 +117,7 @@ def test_complete_with_incomplete_coverage(cpu_artifact_data):
     forge.cohere(cpu_artifact_data)
     cpu_artifact_data["status"] = "complete"
     text = errors_of(cpu_artifact_data)
-    assert text == "status: 'complete' with coverage 11/12 (1 skipped)"
+    assert text == "status: 'complete' with coverage 14/15 (1 skipped)"
     cpu_artifact_data["status"] = "partial"
     assert validate_data(cpu_artifact_data).ok
 
@@ -167,8 +172,9 @@ def test_bool_or_float_where_an_integer_belongs(cpu_artifact_data, value, kind):
 
 
 def test_future_version_is_refused(cpu_artifact_data):
-    cpu_artifact_data["schema_version"] = 7
-    assert "schema_version: 7 is newer than this reader" in errors_of(cpu_artifact_data)
+    cpu_artifact_data["schema_version"] = SCHEMA_VERSION + 1
+    assert f"schema_version: {SCHEMA_VERSION + 1} is newer than this reader (reads "\
+           f"1..{SCHEMA_VERSION})" in errors_of(cpu_artifact_data)
 
 
 @pytest.mark.parametrize("name, marker, decode", [
@@ -279,7 +285,8 @@ def test_repeats_of_a_point_share_its_warmup(cpu_artifact_data):
 
 def test_a_boolean_is_no_schema_version(cpu_artifact_data):
     cpu_artifact_data["schema_version"] = True
-    assert errors_of(cpu_artifact_data) == "schema_version: expected an integer 1..6, got bool True"
+    assert errors_of(cpu_artifact_data) == \
+        f"schema_version: expected an integer 1..{SCHEMA_VERSION}, got bool True"
 
 
 def test_a_legacy_label_must_fit_the_document():
@@ -292,8 +299,21 @@ def test_a_legacy_label_must_fit_the_document():
     assert "prefill[0].repeat (and 7 more) is a field of schema_version 4" in text
 
 
+def _own_passes(data: dict) -> dict:
+    """The artifact as if every point had settled by passes of its own (at least
+    WARMUP_MIN_PASSES): the fixture's by_shape_seeded warm-up gave some points one pass, or
+    none, on an earlier point's settled shape; the tests below then give the points they
+    are about the passes they need."""
+    for phase in ("prefill", "decode", "mixed"):
+        for obs in data[phase]:
+            obs.update(warmup_passes=max(obs["warmup_passes"], WARMUP_MIN_PASSES),
+                       warmup_settled=True)
+    return data
+
+
 def _by_shape(data: dict, passes: dict[int, int]) -> dict:
     """The artifact stating the by_shape warm-up, with the given decode points' passes."""
+    _own_passes(data)
     data["measurement_policy"]["warmup"].update(rule="by_shape", min_passes=1)
     for obs in data["decode"]:
         if obs["point_index"] in passes:
@@ -304,7 +324,7 @@ def _by_shape(data: dict, passes: dict[int, int]) -> dict:
 def test_one_warmup_pass_stands_where_an_earlier_point_settled_its_compiled_shape(
         cpu_artifact_data):
     # decode points 0 and 1: batch 1, K=3, contexts 128 and 512 (one eager shape, 4 tokens);
-    # point 0 settled in 2 passes, so point 1 may take one
+    # point 0 settled by passes of its own, so point 1 may take one
     report = validate_data(_by_shape(cpu_artifact_data, {1: 1}))
     assert report.ok, report.errors
 
@@ -329,6 +349,7 @@ def test_the_by_shape_warmup_states_its_own_bounds(cpu_artifact_data):
 
 def _seeded(data: dict, passes: dict[tuple[str, int], int]) -> dict:
     """The artifact stating the by_shape_seeded warm-up, with the given points' passes."""
+    _own_passes(data)
     data["measurement_policy"]["warmup"].update(rule="by_shape_seeded", min_passes=0)
     for (phase, point), n in passes.items():
         for obs in data[phase]:

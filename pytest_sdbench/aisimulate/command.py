@@ -144,6 +144,8 @@ def run(args, known_configs: Mapping[str, KnownConfig]) -> int:
         m = done.manifest
         what = (f"table of {m['table']['rows']} rows for nextn={m['nextn']}" if m["table"]
                 else "envelopes only, no table")
+        what += "".join(f"; {n['rows']} {phase} rows NOT exported (no {phase} phase in the "
+                        "consumer)" for phase, n in m["phases_not_exported"].items())
         print(f"EXPORTED {path} -> {done.root} ({what})")
         if m["user_facts"]:
             print(f"  facts given by the user: {', '.join(m['user_facts'])}")

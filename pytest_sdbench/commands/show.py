@@ -59,16 +59,19 @@ def _rows(a):
 
 
 def table(a) -> str:
-    """Every retained step, as measured (by native ID), the skipped points, the summaries."""
-    lines = [f"{'point':<12} {'coordinates':<44} {'round':>5} {'iter':>6} {'ms':>9} "
-             f"{'graph':>9} {'step':>4} {'SM MHz':>7}"]
+    """Every retained step, as measured (by native ID), the skipped points, the summaries.
+    The coordinates column is as wide as its longest label (a mixed point's names both its
+    decode batch and its prefills)."""
     rows = sorted(_rows(a), key=lambda row: row[2].native_iteration_id)   # as measured
+    width = max([44, *(len(coords) for _, coords, _ in rows)])
+    lines = [f"{'point':<12} {'coordinates':<{width}} {'round':>5} {'iter':>6} {'ms':>9} "
+             f"{'graph':>9} {'step':>4} {'SM MHz':>7}"]
     for name, coords, o in rows:
         step = getattr(o, "step_index", "-")
         clock = o.gpu_clock   # the lower of the two readings; * : taken while capped
         mhz = "-" if clock is None else \
             f"{min(clock.sm_mhz_before, clock.sm_mhz_after)}{'*' if clock.capped else ''}"
-        lines.append(f"{name:<12} {coords:<44} {o.round:>5} {o.native_iteration_id:>6} "
+        lines.append(f"{name:<12} {coords:<{width}} {o.round:>5} {o.native_iteration_id:>6} "
                      f"{o.timing.seconds * 1e3:>9.3f} {o.graph_mode:>9} {step:>4} {mhz:>7}")
     for s in a.coverage.skipped_points:
         lines.append(f"{s.phase}[{s.point_index}]  SKIPPED: {s.reason}")

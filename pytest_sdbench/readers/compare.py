@@ -1,10 +1,12 @@
 """`sdbench compare`: a gate between a baseline and a candidate artifact.
 
 Points are matched by their coordinates (prefill: batch, new tokens, cached prefix; decode:
-batch, context, K, acceptance length). For each point the change is that of the medians of
-its samples, judged against the point's noise, which comes from its dispersion across
-rounds (each round measures the whole grid once in a fresh order, so that a point's samples
-are spread over the collection and their spread is the host's noise, not a moment's):
+batch, context, K, acceptance length; mixed: the decode batch's batch, context, K and
+acceptance length, and its prefills' batch, new tokens and cached prefix). For each point
+the change is that of the medians of its samples, judged against the point's noise, which
+comes from its dispersion across rounds (each round measures the whole grid once in a fresh
+order, so that a point's samples are spread over the collection and their spread is the
+host's noise, not a moment's):
 
 - both sides took at least MIN_ROUNDS_FOR_NOISE rounds: a point's noise, in percent of its
   median, is NOISE_Z * MEDIAN_SE_FACTOR * sqrt(cv_b^2/n_b + cv_c^2/n_c): the normal bound
@@ -34,8 +36,10 @@ A point is regressed when it is slower than max(noise, --fail-above), plus the h
 slowdown. The gate fails, naming each cause, on a regressed point, on noise it cannot
 judge, on a point missing from either side (skipped or outside its grid), on a side whose
 status is not complete, on a different mode, device, K or acceptance control, and on a side
-that ran contended (or whose run environment is unknown). Prefill and decode are summarised
-separately.
+that ran contended (or whose run environment is unknown). Each phase (prefill, decode,
+mixed) is summarised apart, and a mixed point is judged as the others are; a mixed point on
+one side only is missing on the other (an agg collection without mixed points against one
+with them fails the gate naming each).
 
 What compare reads of each side is compare_sides.py's; its output, compare_render.py's.
 """

@@ -8,7 +8,7 @@ import io
 import json
 import math
 
-from ..wire.contract import MEDIAN_SE_FACTOR, MIN_ROUNDS_FOR_NOISE, PHASE_DECODE, PHASE_PREFILL
+from ..wire.contract import MEDIAN_SE_FACTOR, MIN_ROUNDS_FOR_NOISE, PHASES
 from .compare import COLUMNS, HOST_SLOWER, HOST_Z, NOISE_Z, Comparison, PointChange
 
 FORMATS = ("text", "markdown", "csv", "json")
@@ -73,8 +73,7 @@ def render(c: Comparison, fmt: str = "text") -> str:
                            "noise_rule": noise_rule(c), "host": c.host.as_dict(),
                            "host_line": c.host.line(), "sides": c.sides,
                            "problems": c.problems,
-                           "phases": {p: c.phase_summary(p) for p in (PHASE_PREFILL,
-                                                                       PHASE_DECODE)},
+                           "phases": {p: c.phase_summary(p) for p in PHASES},
                            "points": [{col: getattr(p, col) for col in COLUMNS}
                                       for p in c.points],
                            "verdict_line": c.verdict_line()}, indent=1)
@@ -98,7 +97,7 @@ def render(c: Comparison, fmt: str = "text") -> str:
     for side, said in c.sides.items():
         lines += [f"{'- ' if md else ''}{side} {line}" for line in said]
     lines += [f"{'- ' if md else ''}{c.host.line()}", ""]
-    for phase in (PHASE_PREFILL, PHASE_DECODE):
+    for phase in PHASES:
         rows = [p for p in c.points if p.phase == phase]
         if not rows:
             continue

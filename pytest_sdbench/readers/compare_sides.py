@@ -10,18 +10,26 @@ from dataclasses import dataclass
 
 from ..wire.contract import (
     MIN_ROUNDS_FOR_NOISE,
+    PHASE_MIXED,
     PHASE_PREFILL,
     PHASES,
     REPEAT_ROUNDS,
     STATUS_COMPLETE,
 )
 from ..wire.model import Artifact, PointSummary
-from ..wire.points import DecodePoint, PrefillPoint
+from ..wire.points import Point
 
 
 def point_key(phase: str, point) -> tuple:
+    """A point's coordinates, which match it across the two sides: prefill (batch, new
+    tokens, cached prefix); decode (batch, context, K, AL); mixed (its decode batch's batch,
+    context, K and AL, then its prefills' batch, new tokens and cached prefix)."""
     if phase == PHASE_PREFILL:
         return (phase, point.batch_size, point.new_tokens, point.cached_prefix_tokens)
+    if phase == PHASE_MIXED:
+        return (phase, point.decode_batch_size, point.context_tokens, point.draft_depth,
+                point.acceptance_length, point.prefill_batch_size, point.prefill_tokens,
+                point.cached_prefix_tokens)
     return (phase, point.batch_size, point.context_tokens, point.draft_depth,
             point.acceptance_length)
 
@@ -29,7 +37,7 @@ def point_key(phase: str, point) -> tuple:
 @dataclass(frozen=True)
 class Measured:
     phase: str
-    point: PrefillPoint | DecodePoint
+    point: Point
     summary: PointSummary
 
 
@@ -41,7 +49,7 @@ def measured_points(a: Artifact) -> dict[tuple, Measured]:
             for s in a.summaries if (s.phase, s.point_index) in points}
 
 
-def grid_points(a: Artifact) -> dict[tuple, tuple[str, PrefillPoint | DecodePoint]]:
+def grid_points(a: Artifact) -> dict[tuple, tuple[str, Point]]:
     return {point_key(phase, p): (phase, p) for phase in PHASES for p in getattr(a.grid, phase)}
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..wire.contract import (
     MIN_ROUNDS_FOR_NOISE,
+    PHASES,
     PINNED_CONFIDENCE,
     POLICY_DESCRIPTIONS,
     REPEAT_BACK_TO_BACK,
@@ -32,13 +33,14 @@ def rounds_taken(a: Artifact) -> int:
 
 
 def policy_line(a: Artifact) -> str:
-    """Which steps the artifact retains, said as what they are (a legacy steady_step
-    profile retained the first decode step after admission, not a serving step); and how
+    """Which steps the artifact retains, each phase's policy said as what it is (a legacy
+    steady_step profile retained the first decode step after admission, not a serving step;
+    mixed_step, the step that admits a mixed point's prefills beside its decodes); and how
     many of its samples ran while the GPU's clock was capped."""
     policy = a.measurement_policy
     parts = [f"{phase}: {name} ({POLICY_DESCRIPTIONS[name]})"
-             for phase, name in (("prefill", policy.prefill), ("decode", policy.decode)) if name]
-    observations: list[Observation] = [*a.prefill, *a.decode]
+             for phase in PHASES if (name := getattr(policy, phase))]
+    observations: list[Observation] = [o for phase in PHASES for o in getattr(a, phase)]
     clocked = [o.gpu_clock for o in observations if o.gpu_clock is not None]
     if clocked:
         capped = sum(c.capped for c in clocked)

@@ -3,6 +3,8 @@ embedded as base64, with a table of every point).
 
 - decode: the step time against the batch, one line per context (and acceptance length);
 - prefill: the step time against the new tokens, one line per batch and cached prefix;
+- mixed: the step time against the tokens the step scheduled, one line per decode batch
+  (only where the artifact holds mixed points);
 - canary: the host canary's readings over the collection, in time order (before and after
   each round), so that a slow stretch of the host is seen beside the numbers;
 - compare: the per-point change of a candidate's step time against a baseline's, with the
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..wire.contract import PHASE_DECODE, PHASE_PREFILL
+from ..wire.contract import PHASE_DECODE, PHASE_MIXED, PHASE_PREFILL
 from ..wire.files import atomic_write_bytes, atomic_write_text
 from ..wire.model import Artifact
 from .beside import reports_beside
@@ -153,7 +155,7 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
                                       strict=True):
         points = plot_points(artifact)
         images = []
-        for phase in (PHASE_DECODE, PHASE_PREFILL):
+        for phase in (PHASE_DECODE, PHASE_PREFILL, PHASE_MIXED):
             fig = phase_figure(points, phase, f"{Path(path).name}: {phase} "
                                f"({artifact.device}, K={artifact.speculative.draft_depth})",
                                bar_label(artifact))
@@ -182,8 +184,9 @@ def write_plots(artifacts: Sequence[tuple[str | Path, Artifact]], out_dir: str |
 
 
 def plot_beside(path: str | Path, artifact: Artifact) -> list[Path]:
-    """The plots of one artifact beside it: <stem>-decode.png, <stem>-prefill.png and
-    <stem>.html in the artifact's folder."""
+    """The plots of one artifact beside it: <stem>-decode.png, <stem>-prefill.png (and
+    <stem>-mixed.png where it holds mixed points) and <stem>.html in the artifact's
+    folder."""
     path = Path(path)
     return write_plots([(path, artifact)], path.parent,
                        page_name=f"{path.name.removesuffix('.json')}.html")

@@ -3,6 +3,8 @@ page):
 
 - decode: the step time against the batch, one line per context (and acceptance length);
 - prefill: the step time against the new tokens, one line per batch and cached prefix;
+- mixed: the step time against the tokens the step scheduled (decode batch x (1+K) plus the
+  prefills' new tokens), one line per decode batch;
 - canary: the host canary's readings over the collection, in time order (before and after
   each round), so that a slow stretch of the host is seen beside the numbers;
 - compare: the per-point change of a candidate's step time against a baseline's, with the
@@ -24,7 +26,9 @@ from ..wire.contract import (
     GRAPH_FULL,
     GRAPH_PIECEWISE,
     PHASE_DECODE,
+    PHASE_MIXED,
     PHASE_PREFILL,
+    PHASES,
     PINNED_CONFIDENCE,
     REPEAT_BACK_TO_BACK,
 )
@@ -61,7 +65,7 @@ assert set(VERDICT_COLORS) == set(VERDICTS), "a verdict of the gate without its 
 class PlotPoint:
     phase: str
     point_index: int
-    point: Any                     # PrefillPoint | DecodePoint
+    point: Any                     # PrefillPoint | DecodePoint | MixedPoint
     summary: PointSummary
     graph_modes: tuple[str, ...]   # every mode its retained steps ran in, in order
 
@@ -78,12 +82,12 @@ class PlotPoint:
 def plot_points(artifact: Artifact) -> list[PlotPoint]:
     """Every measured point with its summary (a valid artifact has one per observed point;
     legacy ones are given theirs on upgrade)."""
-    summaries = {(s.phase, s.point_index): s for s in artifact.summaries}
+    summaries: dict[tuple[str, int], PointSummary] = {(s.phase, s.point_index): s
+                                                      for s in artifact.summaries}
     points = []
-    for phase, observations in ((PHASE_PREFILL, artifact.prefill),
-                                (PHASE_DECODE, artifact.decode)):
+    for phase in PHASES:
         by_index: dict[int, list] = {}
-        for o in observations:
+        for o in getattr(artifact, phase):
             by_index.setdefault(o.point_index, []).append(o)
         for index, obs in sorted(by_index.items()):
             summary = summaries[(phase, index)]
@@ -94,7 +98,7 @@ def plot_points(artifact: Artifact) -> list[PlotPoint]:
 
 def _series(points: Sequence[PlotPoint], phase: str) -> dict[str, list[PlotPoint]]:
     """The points of one phase as lines: decode by context (and AL), prefill by batch and
-    cached prefix; each line ordered along its x axis."""
+    cached prefix, mixed by decode batch; each line ordered along its x axis."""
     lines: dict[str, list[PlotPoint]] = {}
     for p in points:
         if p.phase != phase:
@@ -103,6 +107,8 @@ def _series(points: Sequence[PlotPoint], phase: str) -> dict[str, list[PlotPoint
         if phase == PHASE_DECODE:
             al = "" if q.acceptance_length is None else f", AL {q.acceptance_length:g}"
             name = f"ctx {q.context_tokens}{al}"
+        elif phase == PHASE_MIXED:
+            name = f"decode batch {q.decode_batch_size}"
         else:
             name = f"B={q.batch_size}, prefix {q.cached_prefix_tokens}"
         lines.setdefault(name, []).append(p)
@@ -113,7 +119,14 @@ def _series(points: Sequence[PlotPoint], phase: str) -> dict[str, list[PlotPoint
 def _x_of(phase: str):
     if phase == PHASE_DECODE:
         return lambda p: p.point.batch_size
+    if phase == PHASE_MIXED:   # the step's tokens: B_d * (1 + K) + B_p * new tokens
+        return lambda p: p.point.scheduled_tokens
     return lambda p: p.point.new_tokens
+
+
+X_LABELS = {PHASE_DECODE: "batch (requests)", PHASE_PREFILL: "new tokens a request",
+            PHASE_MIXED: "tokens the step scheduled: decode batch x (1+K) + the prefills' "
+                         "new tokens"}
 
 
 # ---- figures ------------------------------------------------------------------------------
@@ -159,9 +172,9 @@ def bar_label(artifact: Artifact) -> str:
 
 def phase_figure(points: Sequence[PlotPoint], phase: str, title: str,
                  bars: str = "bar: CI of the median"):
-    """Step time (ms) against batch (decode) or new tokens (prefill), one line per series,
-    each point's CI of the median a bar (`bars` names it in the legend); None when the
-    artifact has no point of that phase."""
+    """Step time (ms) against batch (decode), new tokens (prefill) or the step's scheduled
+    tokens (mixed), one line per series, each point's CI of the median a bar (`bars` names
+    it in the legend); None when the artifact has no point of that phase."""
     lines = _series(points, phase)
     if not lines:
         return None
@@ -182,7 +195,7 @@ def phase_figure(points: Sequence[PlotPoint], phase: str, title: str,
                 ax.errorbar([px], [py], yerr=[[py - ci[0]], [ci[1] - py]],
                             fmt="none", ecolor=color, capsize=4, linewidth=1)
     _x_axis(ax, xs)
-    ax.set_xlabel("batch (requests)" if phase == PHASE_DECODE else "new tokens a request")
+    ax.set_xlabel(X_LABELS[phase])
     ax.set_ylabel("step time, median of the retained steps (ms)")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)

@@ -19,7 +19,15 @@ from ...wire.contract import (
 from ...wire.model import Artifact, Observation
 from ...wire.points import point_label
 from .options import ExportOptions
-from .selecting import Selected, coordinates, modes_by_point, seed_regime
+from .selecting import (
+    NOT_EXPORTED_REASON,
+    Selected,
+    coordinates,
+    exported_phases,
+    modes_by_point,
+    phases_not_exported,
+    seed_regime,
+)
 from .vocabulary import ROW_SEED_REGIME, TIMING_SCOPE
 
 # --- Checks: everything the consumer cannot take truthfully ---------------------------------
@@ -28,9 +36,11 @@ def check(artifact: Artifact, selected: Mapping[str, list[Selected]], options: E
           reasons: list[str]) -> None:
     _check_status(artifact, reasons)
     _check_speculative(artifact, reasons)
+    exportable = _check_exportable(artifact, reasons)
     if not options.envelope_only:
         _check_timing(artifact, reasons)
-        _check_phases(artifact, reasons)
+        if exportable:
+            _check_phases(artifact, reasons)
     _check_parallel(artifact, reasons)
     for phase, chosen in selected.items():
         _check_collisions(phase, chosen, reasons)
@@ -46,6 +56,18 @@ def _check_status(a: Artifact, reasons: list[str]) -> None:
         reasons.append(f"status: {a.status!r} (coverage {cov.completed}/{cov.expected}"
                        f"{', skipped ' + skipped if skipped else ''}); the consumer takes "
                        "complete envelopes only")
+
+
+def _check_exportable(a: Artifact, reasons: list[str]) -> bool:
+    """An artifact with no phase the consumer imports (a mixed-only one) has nothing to
+    export, in any mode of the export: its rows are never written as prefill or decode."""
+    if exported_phases(a):
+        return True
+    held = "; ".join(f"{n['rows']} {phase} rows of {n['points']} points"
+                     for phase, n in phases_not_exported(a).items())
+    reasons.append(f"mode: {a.mode!r} ({held}); {NOT_EXPORTED_REASON}: nothing to export "
+                   "(collect prefill and decode points, mode agg, for the consumer)")
+    return False
 
 
 def _check_phases(a: Artifact, reasons: list[str]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ... import __version__
 from ...wire import typed
-from ...wire.contract import PACKAGE_NAME, PHASES_BY_MODE, SOURCE_USER
+from ...wire.contract import PACKAGE_NAME, SOURCE_USER
 from ...wire.model import Artifact
 from .. import consumer_plan as cplan
 from .. import repeatability
@@ -33,6 +33,7 @@ from .round_identity import canonical_hash, cell_id
 from .selecting import (
     Selected,
     export_name,
+    exported_phases,
     read_artifact,
     select,
     select_acceptance,
@@ -65,7 +66,9 @@ def export_artifact(path: Path, out: Path, options: ExportOptions) -> Exported:
     """Export one artifact to out/<run_id>/, atomically (a temporary folder renamed into
     place). Refused (nothing written) when the consumer cannot take it truthfully."""
     artifact, legacy, raw = read_artifact(path)
-    selected = {phase: select(artifact, phase) for phase in PHASES_BY_MODE[artifact.mode]}
+    # the two phases the consumer imports; mixed rows stay in the artifact, and the manifest
+    # says so (phases_not_exported)
+    selected = {phase: select(artifact, phase) for phase in exported_phases(artifact)}
     reasons: list[str] = []
     left_out = select_acceptance(artifact, selected, options.acceptance_length, reasons)
     left_out += select_graph_modes(selected, options.graph_modes, reasons)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...wire.contract import GRAPH_MODES, PHASES, REVISION_PATTERN, SOURCE_USER
+from ...wire.contract import GRAPH_MODES, REVISION_PATTERN, SOURCE_USER, TWO_PHASES
 from ...wire.identity import IdentityField
 from ...wire.model import Artifact
 from .vocabulary import UnusableInput
@@ -58,9 +58,9 @@ def parse_user_fact(text: str) -> tuple[str, object]:
 def parse_graph_mode(text: str) -> tuple[str, str]:
     """PHASE=MODE of --graph-mode: the one CUDA-graph mode a phase's export keeps."""
     phase, sep, mode = (part.strip() for part in text.partition("="))
-    if not sep or phase not in PHASES or mode not in GRAPH_MODES:
+    if not sep or phase not in TWO_PHASES or mode not in GRAPH_MODES:
         raise UnusableInput(f"--graph-mode: expected PHASE=MODE with PHASE one of "
-                            f"{', '.join(PHASES)} and MODE one of {', '.join(GRAPH_MODES)}; "
+                            f"{', '.join(TWO_PHASES)} and MODE one of {', '.join(GRAPH_MODES)}; "
                             f"got {text!r}")
     return phase, mode
 

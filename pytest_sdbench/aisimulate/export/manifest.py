@@ -14,7 +14,7 @@ from .checks import tp_of
 from .envelopes import one_graph_mode
 from .facts import Fact, identity_field
 from .options import ExportOptions
-from .selecting import Selected, coordinates
+from .selecting import Selected, coordinates, phases_not_exported
 from .vocabulary import (
     CONSUMER,
     CONSUMER_ENVIRONMENT,
@@ -86,6 +86,9 @@ def build_manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected,
             "graph_modes": dict(options.graph_modes), "left_out": left_out},
         "rows": [_row_record(phase, item) for phase, chosen in selected.items()
                  for item in chosen],
+        # phases of the artifact no export takes (mixed): counted and why, never dropped
+        # silently, never written as prefill or decode rows
+        "phases_not_exported": phases_not_exported(a),
         "warnings": warnings,
     }
 
@@ -101,7 +104,9 @@ def _row_record(phase: str, item: Selected) -> dict:
 
 
 def _warnings(a: Artifact, selected) -> list[str]:
-    warnings = []
+    warnings = [f"{phase}: {n['rows']} rows of {n['points']} {phase} points not exported: "
+                f"{n['reason']}; they stay in the artifact, in no envelope, table or plan of "
+                "this export" for phase, n in phases_not_exported(a).items()]
     if a.measurement_policy.warmup.rule in WARMUP_RULES_SINCE_V4:
         unsettled = [f"{phase}[{item.observation.point_index}]" for phase, chosen in
                      selected.items() for item in chosen if not item.observation.warmup_settled]

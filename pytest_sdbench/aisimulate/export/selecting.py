@@ -9,7 +9,14 @@ from pathlib import Path
 
 from ...artifact import validate_path
 from ...artifact.store import UnusableArtifact
-from ...wire.contract import ACCEPTANCE_SYNTHETIC, PHASE_DECODE, PHASE_PREFILL, PHASES
+from ...wire.contract import (
+    ACCEPTANCE_SYNTHETIC,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASES,
+    PHASES_BY_MODE,
+    TWO_PHASES,
+)
 from ...wire.model import Artifact, DecodeObservation, Observation, PrefillObservation
 from ...wire.points import point_label
 from ...wire.rounds import samples_by_point
@@ -27,6 +34,26 @@ def read_artifact(path: Path) -> tuple[Artifact, str | None, bytes]:
         raise Refused([f"not a valid artifact ({len(report.errors)} violation(s); run "
                        f"`sdbench validate {path}`): " + "; ".join(report.errors[:5])])
     return report.artifact, report.legacy, path.read_bytes()
+
+
+def exported_phases(a: Artifact) -> tuple[str, ...]:
+    """The phases an export takes: those of the artifact's mode that the consumer imports
+    (TWO_PHASES, one per file). It has no mixed phase."""
+    return tuple(phase for phase in PHASES_BY_MODE[a.mode] if phase in TWO_PHASES)
+
+
+NOT_EXPORTED_REASON = ("the consumer (AISimulate) imports one phase per file, prefill and "
+                       "decode, and has no mixed phase")
+
+
+def phases_not_exported(a: Artifact) -> dict[str, dict]:
+    """Each phase of the artifact that no export takes (its mixed points and rows), with
+    its counts and why: the manifest and the output say so, never dropping them silently,
+    and never writing them as prefill or decode rows."""
+    return {phase: {"points": len(getattr(a.grid, phase)), "rows": len(getattr(a, phase)),
+                    "reason": NOT_EXPORTED_REASON}
+            for phase in PHASES if phase not in TWO_PHASES
+            and (getattr(a.grid, phase) or getattr(a, phase))}
 
 
 @dataclass(frozen=True)
