@@ -525,6 +525,12 @@ def test_the_fixture_starts_a_server_once_a_profile_and_stops_them_all(tmp_path_
     assert all(s.stopped for s in started)
 
 
+def test_a_test_of_the_fixture_is_marked_as_starting_an_engine():
+    from pytest_sdbench.plugin.markers import starts_engine
+    assert starts_engine(SimpleNamespace(fixturenames=["sdbench_emulated_server"]))
+    assert not starts_engine(SimpleNamespace(fixturenames=["tmp_path"]))
+
+
 # ---- with an engine: the fixture serves the H200 profile on this CPU host ------------------
 
 def _post(url: str, body: dict):
