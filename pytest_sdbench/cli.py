@@ -15,6 +15,8 @@ this module only dispatches.
     sdbench serve    PROFILE --rate R [--rate R2] --num-prompts N --input-len I --output-len O
                      --out DIR   (`vllm serve` + `vllm bench serve`)   exit 0 served
     sdbench crosscheck PROFILE   vLLM alone at the profile's decode points
+    sdbench emulate  PROFILE [--port P] [--rate R | --case C:ISL:OSL ... --out DIR]
+                     [-- vllm serve args]   `vllm serve` stepping at the profile's prices
 
 Every command refuses what it cannot use in one line with exit 2 (an unwritable output
 folder included), before it starts an engine or writes anything.
@@ -29,6 +31,7 @@ import sys
 from .aisimulate import command as export
 from .commands import collect, compare, crosscheck, plot, show, validate
 from .commands.terminal import EXIT_INTERRUPTED, Parser, Version, closed_pipe, err
+from .emulate import command as emulate
 from .fidelity import command as fidelity
 from .fidelity import serve_command as serve
 
@@ -36,7 +39,7 @@ from .fidelity import serve_command as serve
 # add_cli_args, main), in the order --help lists them
 COMMANDS = {"collect": collect, "validate": validate, "show": show, "compare": compare,
             "plot": plot, "export": export, "fidelity": fidelity, "serve": serve,
-            "crosscheck": crosscheck}
+            "crosscheck": crosscheck, "emulate": emulate}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,8 +60,21 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
     return dict(action.choices)
 
 
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A command that hands arguments on (PASSTHROUGH: `sdbench emulate ... -- ARGS`) gets
+    everything after the first `--` as args.passthrough, unparsed."""
+    command = next((a for a in argv if a in COMMANDS), None)
+    if command is None or not getattr(COMMANDS[command], "PASSTHROUGH", False) \
+            or "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    head, rest = split_passthrough(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(head)
+    args.passthrough = rest
     try:
         return COMMANDS[args.command].main(args)
     except KeyboardInterrupt:   # what was measured is saved (and said) where it was taken

@@ -213,7 +213,7 @@ def check_syntax(command: Command) -> None:
     option or a bad value."""
     words = argv_of(command.text)
     if (args := sdbench_argv(words)) is not None:
-        _parses(cli.build_parser(), args, f"{command.id}: sdbench")
+        _parses(cli.build_parser(), cli.split_passthrough(args)[0], f"{command.id}: sdbench")
     elif (args := _bench_argv(words)) is not None:
         from benchmarks.sdbench_bench.__main__ import parser
         _parses(parser(), args, f"{command.id}: python -m benchmarks.sdbench_bench")

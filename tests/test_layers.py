@@ -175,6 +175,29 @@ def test_everything_that_knows_the_consumer_lives_in_its_wing():
     assert not outside, ", ".join(outside)
 
 
+# The emulation (`sdbench emulate`, issue 54): the floor above fidelity. It imports the
+# floors below it (and the package's root, for where it lives); below it, nothing imports it.
+EMULATION = "pytest_sdbench.emulate"
+BELOW_THE_EMULATION = ("wire", "artifact", "engine", "run", "fidelity")
+ABOVE_THE_EMULATION = ("pytest_sdbench.cli", "pytest_sdbench.plugin")
+
+
+def test_the_emulation_is_the_floor_above_fidelity():
+    graph = _import_graph()
+    below = tuple(f"pytest_sdbench.{name}" for name in BELOW_THE_EMULATION)
+    inside = [f"{module} imports {target}" for module, targets in graph.items()
+              if module == EMULATION or module.startswith(EMULATION + ".")
+              for target in targets
+              if target not in ("pytest_sdbench", EMULATION)
+              and not target.startswith((*below, EMULATION + "."))]
+    assert not inside, "; ".join(sorted(inside))
+    outside = [f"{module} imports {target}" for module, targets in graph.items()
+               if not module.startswith((EMULATION, *ABOVE_THE_EMULATION))
+               for target in targets if target.startswith(EMULATION)]
+    assert not outside, "; ".join(sorted(outside))
+    assert EMULATION in graph, "the emulation moved: name it here"
+
+
 PLUGIN_LINES = 200   # plugin/__init__.py: options, hooks, fixtures; the state: plugin/session.py
 
 

@@ -277,12 +277,19 @@ def synthetic_rates(llm) -> tuple[float, ...] | None:
     return None if rates is None else tuple(float(x) for x in rates.tolist())
 
 
-def conditional_rates_for(acceptance_length: float, draft_depth: int) -> list[float]:
-    """vLLM's own mapping: mean acceptance length -> per-position conditional rates."""
+def acceptance_rates_for(acceptance_length: float,
+                         draft_depth: int) -> tuple[list[float], list[float]]:
+    """vLLM's own mapping: mean acceptance length -> per-position (unconditional,
+    conditional) rates, as its synthetic rejection sampler resolves and draws them."""
     from vllm.config import SpeculativeConfig
     from vllm.v1.spec_decode.utils import unconditional_to_conditional_rates
     rates = SpeculativeConfig._acceptance_length_to_rates(acceptance_length, draft_depth)
-    return unconditional_to_conditional_rates(rates)
+    return rates, unconditional_to_conditional_rates(rates)
+
+
+def conditional_rates_for(acceptance_length: float, draft_depth: int) -> list[float]:
+    """vLLM's own mapping: mean acceptance length -> per-position conditional rates."""
+    return acceptance_rates_for(acceptance_length, draft_depth)[1]
 
 
 def set_synthetic_rates(llm, rates) -> None:

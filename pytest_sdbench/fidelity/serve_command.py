@@ -25,9 +25,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     add_traffic_args(parser)
 
 
-def add_traffic_args(parser: argparse.ArgumentParser) -> None:
+def add_traffic_args(parser: argparse.ArgumentParser, out_required: bool = True) -> None:
     """The traffic `vllm bench serve` drives (`sdbench serve` and `sdbench emulate` take the
-    same)."""
+    same; emulate's --out is optional: without traffic it serves until interrupted)."""
     parser.add_argument("--rate", type=float, action="append", default=[], metavar="R",
                         help="Poisson arrivals at R requests a second; repeat for another run on "
                         "the same server")
@@ -48,7 +48,7 @@ def add_traffic_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the client's seed of the first "
                         "rate, one more for each later rate, so that no rate's prompts are "
                         "in the prefix cache from an earlier one (default 0)")
-    parser.add_argument("--out", required=True, metavar="DIR",
+    parser.add_argument("--out", required=out_required, metavar="DIR",
                         help="folder for served-rate-R.json, the logs and served-manifest.json")
     parser.add_argument("--port", type=int, metavar="P", help="the server's port on 127.0.0.1 "
                         "(default: a free one)")

@@ -15,6 +15,7 @@ of its own; with more workers than GPUs, a test that needs an engine fails at on
   sdbench_fidelity    fidelity(profile, workloads=None, ...) -> FidelityReport: serve a
                       held-out workload on the engine (checked against the profile's) and
                       report how well the profile predicted each step and each request
+  sdbench_emulated_server  server(profile) -> URL: `vllm serve` at the profile's prices
 Markers:
   sdbench_vram(gib)   skip when the CUDA device has less free memory; fail when the NVML
                       peak while the test runs exceeds the mark
@@ -178,6 +179,15 @@ def sdbench_fidelity(sdbench_session, sdbench_engine):
         sdbench_session.summary.artifact.append(f"fidelity report {done.path}")
         return done
     return fidelity
+
+
+@pytest.fixture(scope="session")
+def sdbench_emulated_server(sdbench_session, tmp_path_factory):
+    """server(profile, *vllm_serve_args) -> base URL (plugin/emulated.py EmulatedServers)."""
+    from .emulated import EmulatedServers
+    servers = EmulatedServers(tmp_path_factory, sdbench_session.write_line)
+    yield servers
+    servers.close()
 
 
 @pytest.hookimpl(trylast=True)

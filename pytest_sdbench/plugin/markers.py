@@ -7,15 +7,18 @@ from __future__ import annotations
 import pytest
 
 ENGINE_MARKER = "sdbench_engine"
-# The plugin's fixture that starts an engine. Every fixture that needs an engine
+# The plugin's fixtures that start an engine. Every fixture that needs the engine
 # (sdbench_grid, sdbench_collect, sdbench_collection, sdbench_fidelity, a downstream one)
-# requests it, so it is in the fixture closure of every test that starts one.
+# requests sdbench_engine, so it is in the fixture closure of every test that starts one;
+# sdbench_emulated_server starts vLLM's server and engine core (with no model).
 ENGINE_FIXTURE = "sdbench_engine"
+ENGINE_FIXTURES = (ENGINE_FIXTURE, "sdbench_emulated_server")
 
 
 def starts_engine(item: pytest.Item) -> bool:
-    """Whether the test's fixture closure starts the session's engine."""
-    return ENGINE_FIXTURE in getattr(item, "fixturenames", ())
+    """Whether the test's fixture closure starts the session's engine or an emulated one."""
+    names = getattr(item, "fixturenames", ())
+    return any(name in names for name in ENGINE_FIXTURES)
 
 
 def mark_and_select(config: pytest.Config, items: list[pytest.Item]) -> None:

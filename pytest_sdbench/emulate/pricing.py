@@ -1,0 +1,407 @@
+"""The price of an emulated step: the SchedulerOutput read as the collector's snapshot reads
+a step, looked up in the profile exactly as `sdbench fidelity` prices a step
+(fidelity.predict.Interpolator over a serving_records.StepRecord), in the graph mode the
+profile's rows of that kind ran at that size.
+
+A step is read per scheduled request (measure/iteration.py's snapshot): its new tokens
+(drafts excluded), the KV it reads (the scheduler's num_computed_tokens, less the drafts a
+step still in flight rejected: the rejection-corrected snapshot), its drafts; it is
+prefilling while that KV is short of its prompt. A step is decode-only, prefill-only or
+mixed by its requests (wire.records.Snapshot.phase_of). Its graph mode, as vLLM picks it by
+the step's size: decode, the mode of the profile's decode rows at the fewest requests at or
+above its batch (else at the most); prefill, Interpolator.prefill_mode of its tokens; mixed,
+Interpolator.mixed_mode of its scheduled tokens.
+
+A step outside the measured ranges (the interpolator's "off-grid" answers) is priced by the
+nearest rows: its coordinates are clamped into the measured range (batch into the measured
+batches; then tokens, cached KV and context into what was measured at that batch, or at both
+neighbouring batches) and priced there; the step is counted (its record names the category
+and the coordinates it was priced at). What clamping cannot reach (a mixed step whose terms
+fall apart) is priced by the rule of a mixed step without rows, then by the nearest
+measured point, each said so. The engine never stops on a price.
+
+Pure: the artifact and plain numbers; no vLLM."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..fidelity.predict import BASIS_ROWS, Interpolator, MeasuredPoint, Priced, interpolate
+from ..fidelity.serving_records import StepRecord
+from ..wire.contract import (
+    DEVICE_CUDA,
+    PHASE_DECODE,
+    PHASE_IDLE,
+    PHASE_MIXED,
+    PHASE_PREFILL,
+    SOURCE_CUDA_EVENT,
+)
+from ..wire.model import Artifact
+
+BASIS_PHASE_ROWS = "rows"                   # a prefill or decode step, from its phase's rows
+BASIS_NEAREST = "nearest measured point"    # nothing else reached it
+CLAMPED = "outside: priced at the nearest measured coordinates"
+
+
+class Unpriceable(ValueError):
+    """The profile cannot price an emulation; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One step as the collector's snapshot reads it (totals over its requests)."""
+    prefill_requests: int = 0
+    prefill_tokens: int = 0        # new prompt tokens of the prefilling requests
+    prefill_kv_tokens: int = 0     # KV they read (cached prefix, earlier chunks)
+    decode_requests: int = 0
+    decode_kv_tokens: int = 0      # KV the decoding requests read
+    draft_tokens: int = 0          # drafts they verify (-1 placeholders counted)
+    total_scheduled_tokens: int = 0
+
+    @property
+    def kind(self) -> str:
+        kinds = [k for k, n in ((PHASE_PREFILL, self.prefill_requests),
+                                (PHASE_DECODE, self.decode_requests)) if n]
+        return PHASE_IDLE if not kinds else kinds[0] if len(kinds) == 1 else PHASE_MIXED
+
+    @property
+    def requests(self) -> int:
+        return self.prefill_requests + self.decode_requests
+
+
+def shape_of(rows: Iterable[tuple[int, int, int, int]]) -> StepShape:
+    """A step's shape from its requests: (prompt tokens, KV read, scheduled tokens with
+    drafts, drafts) each."""
+    counts = {f.name: 0 for f in dataclasses.fields(StepShape)}
+    for prompt, kv, scheduled, drafts in rows:
+        side = "prefill" if kv < prompt else "decode"
+        counts[f"{side}_requests"] += 1
+        counts[f"{side}_kv_tokens"] += kv
+        counts["total_scheduled_tokens"] += scheduled
+        if side == "prefill":
+            counts["prefill_tokens"] += scheduled - drafts
+        else:
+            counts["draft_tokens"] += drafts
+    return StepShape(**counts)
+
+
+@dataclass(frozen=True)
+class PricedStep:
+    seconds: float
+    kind: str
+    graph_mode: str
+    basis: str                     # BASIS_PHASE_ROWS, predict's mixed bases, BASIS_NEAREST
+    how: str | None = None
+    outside: str | None = None     # the interpolator's category where the step fell outside
+    outside_detail: str | None = None
+    priced_at: dict | None = None  # the coordinates it was priced at, where clamped
+    clamped: tuple[str, ...] = field(default=())
+
+
+def _record(kind: str, mode: str, shape: StepShape) -> StepRecord:
+    """The serving-run record fidelity prices (no time, no queue: the price needs neither)."""
+    return StepRecord(native_iteration_id=0, kind=kind, graph_mode=mode, seconds=0.0,
+                      prefill_requests=shape.prefill_requests,
+                      prefill_tokens=shape.prefill_tokens,
+                      prefill_kv_tokens=shape.prefill_kv_tokens,
+                      decode_requests=shape.decode_requests,
+                      decode_kv_tokens=shape.decode_kv_tokens, draft_tokens=shape.draft_tokens,
+                      full_depth_requests=0, accepted_drafts=None,
+                      total_scheduled_tokens=shape.total_scheduled_tokens, waiting=0, running=0)
+
+
+def check_priceable(artifact: Artifact) -> None:
+    """Unpriceable unless every step an emulated engine runs can be priced from device-timed
+    rows at the profile's K and acceptance length."""
+    spec = artifact.speculative
+    sources = sorted({o.timing.source for phase in (artifact.prefill, artifact.decode,
+                                                    artifact.mixed) for o in phase})
+    if artifact.device != DEVICE_CUDA or sources != [SOURCE_CUDA_EVENT]:
+        raise Unpriceable(f"device {artifact.device}, timing {', '.join(sources) or 'none'}: "
+                          "the profile's rows are host-timed on a CPU; an emulation stands in "
+                          "for a device-timed engine (collect the profile on a GPU)")
+    if spec.method != "eagle3":
+        raise Unpriceable(f"speculative.method {spec.method!r}: the emulated worker drafts "
+                          "as EAGLE3 does")
+    if not artifact.decode:
+        raise Unpriceable("the profile holds no decode rows: no decode step can be priced")
+    depths = sorted({o.point.draft_depth for o in artifact.decode})
+    if depths != [spec.draft_depth]:
+        raise Unpriceable(f"K: the profile's decode rows are at K={depths}, its engine at "
+                          f"K={spec.draft_depth}")
+    lengths = {o.point.acceptance_length for o in artifact.decode}
+    if spec.synthetic_acceptance_length is None or \
+            spec.synthetic_acceptance_length not in lengths:
+        raise Unpriceable(f"acceptance length {spec.synthetic_acceptance_length}: the decode "
+                          f"rows are at {sorted(map(str, lengths))}; the emulation draws at "
+                          "the synthetic acceptance length its rows were measured at")
+    if not artifact.prefill:
+        raise Unpriceable("the profile holds no prefill rows: no prompt can be priced")
+
+
+class ProfilePrice:
+    """Prices StepShapes from one profile (see the module docstring)."""
+
+    def __init__(self, artifact: Artifact, check: bool = True) -> None:
+        if check:   # off only to exercise the rule on rows of another kind (tests)
+            check_priceable(artifact)
+        self.interpolator = Interpolator.from_artifact(artifact)
+        self.draft_depth = artifact.speculative.draft_depth
+        self.acceptance_length = artifact.speculative.synthetic_acceptance_length
+        self.kv_capacity = artifact.kv_capacity
+        ranked = sorted(self.interpolator.decode, key=lambda p: p.batch)
+        self._decode_modes = [(p.batch, p.graph_mode) for p in ranked]
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> ProfilePrice:
+        from ..artifact import validate_path
+        report = validate_path(path)
+        if not report.ok or report.artifact is None:
+            raise Unpriceable(f"{path} is not a valid artifact ({len(report.errors)} "
+                              f"violation(s); run `sdbench validate {path}`)")
+        return cls(report.artifact)
+
+    def __repr__(self) -> str:
+        i = self.interpolator
+        return (f"ProfilePrice(K={self.draft_depth}, AL={self.acceptance_length}, "
+                f"{len(i.prefill)} prefill, {len(i.decode)} decode, {len(i.mixed)} mixed "
+                f"points; mixed steps by {i.mixed_basis})")
+
+    # ---- the step's graph mode ------------------------------------------------------------
+    def decode_mode(self, batch: int) -> str:
+        """The mode of the decode rows at the fewest requests at or above `batch` (vLLM
+        picks the graph by the batch's tokens), else at the most."""
+        return next((m for b, m in self._decode_modes if b >= batch),
+                    self._decode_modes[-1][1])
+
+    def mode(self, shape: StepShape) -> str:
+        i = self.interpolator
+        if shape.kind == PHASE_DECODE:
+            return self.decode_mode(shape.decode_requests)
+        found = (i.prefill_mode(shape.total_scheduled_tokens) if shape.kind == PHASE_PREFILL
+                 else i.mixed_mode(shape.total_scheduled_tokens))
+        return found or self.decode_mode(shape.decode_requests)
+
+    # ---- the price --------------------------------------------------------------------------
+    def __call__(self, shape: StepShape) -> PricedStep:
+        kind, mode = shape.kind, self.mode(shape)
+        if kind == PHASE_IDLE:
+            return PricedStep(0.0, kind, mode, BASIS_PHASE_ROWS)
+        priced = self.interpolator.price(_record(kind, mode, shape))
+        if priced.seconds is not None:
+            return PricedStep(priced.seconds, kind, mode, priced.basis or BASIS_PHASE_ROWS,
+                              priced.how)
+        outside = {"outside": priced.category, "outside_detail": priced.detail}
+        if kind == PHASE_DECODE:
+            found = self._decode_near(shape.decode_requests, shape.decode_kv_tokens, mode)
+        elif kind == PHASE_PREFILL:
+            found = self._prefill_near(shape.prefill_requests, shape.prefill_tokens,
+                                       shape.prefill_kv_tokens, mode)
+        else:
+            found = self._mixed_near(shape, mode)
+        if found is not None:
+            price, at, notes, basis = found
+            return PricedStep(price.seconds or 0.0, kind, mode, basis, price.how,
+                              priced_at=at, clamped=tuple(notes), **outside)
+        point = self._nearest_point(shape, mode)
+        return PricedStep(point.seconds, kind, mode, BASIS_NEAREST,
+                          f"{point.phase} point {point.point_index}",
+                          priced_at={"phase": point.phase, "batch": point.batch,
+                                     "tokens": point.tokens, "kv": point.kv,
+                                     "graph_mode": point.graph_mode},
+                          clamped=(f"nothing measured reaches it: the nearest {point.phase} "
+                                   f"point ({point.batch} requests, {point.tokens} tokens, "
+                                   f"{point.kv} KV, {point.graph_mode})",), **outside)
+
+    # ---- outside: the nearest measured coordinates ------------------------------------------
+    def _decode_near(self, batch: int, kv: float, mode: str):
+        """Decode (batch, KV) clamped: the batch into the measured batches, then the context
+        a request into what both neighbouring batches measured (else the nearer batch)."""
+        points = [p for p in self.interpolator.decode if p.graph_mode == mode]
+        if not points or batch < 1:
+            return None
+        b, context, notes, (lo, hi) = _near_batch(points, batch, kv / batch,
+                                                  lambda p: (p.kv / p.batch, p.kv / p.batch),
+                                                  "decode", "KV tokens a request")
+        # whole KV tokens, rounded into the range (between batches each neighbour reads
+        # its batch x (kv / b): rounding toward the inside keeps both within their own)
+        kv_at = math.floor(b * context) if context >= hi else \
+            math.ceil(b * context) if context <= lo else round(b * context)
+        price = self.interpolator.price_decode(b, kv_at, mode)
+        measured = sorted({p.batch for p in points})
+        if price.seconds is None and b not in measured:
+            nearer = min(measured, key=lambda x: (abs(x - b), -x))
+            kvs = [p.kv for p in points if p.batch == nearer]
+            notes.append(f"decode batch {b} not priceable between its neighbours: at "
+                         f"{nearer}")
+            b, kv_at = nearer, min(max(round(nearer * context), min(kvs)), max(kvs))
+            price = self.interpolator.price_decode(b, kv_at, mode)
+        if price.seconds is None:
+            return None
+        return price, {"decode_requests": b, "decode_kv_tokens": kv_at}, notes, \
+            BASIS_PHASE_ROWS
+
+    def _prefill_near(self, batch: int, tokens: int, kv: int, mode: str):
+        """Prefill (batch, tokens, cached KV) clamped: the batch into the measured batches,
+        the tokens into what the uncached rows measured there (and the cached rows, where
+        the step reads cached KV), the cached KV up to what they reached."""
+        points = [p for p in self.interpolator.prefill if p.graph_mode == mode]
+        if not points or batch < 1:
+            return None
+        plain = [p for p in points if p.kv == 0]
+        if not plain:
+            return None
+        b, t, notes, _ = _near_batch(plain, batch, tokens, lambda p: (p.tokens, p.tokens),
+                                     "prefill", "prefill tokens")
+        t = round(t)
+        near = sorted({p.batch for p in plain if p.batch <= b})[-1:] + \
+            sorted({p.batch for p in plain if p.batch >= b})[:1]
+        kv_at = 0
+        if kv > 0:
+            kv_at, more = self._cached_near(points, near, t, kv)
+            notes += more
+        record = _record(PHASE_PREFILL, mode, StepShape(
+            prefill_requests=b, prefill_tokens=t, prefill_kv_tokens=kv_at,
+            total_scheduled_tokens=t))
+        price = self.interpolator.price(record)
+        if price.seconds is None:
+            return None
+        return price, {"prefill_requests": b, "prefill_tokens": t,
+                       "prefill_kv_tokens": kv_at}, notes, BASIS_PHASE_ROWS
+
+    @staticmethod
+    def _cached_near(points: list[MeasuredPoint], batches: list[int], tokens: int,
+                     kv: int) -> tuple[int, list[str]]:
+        """The cached KV a prefill of `tokens` new tokens is priced at: up to what the
+        cached-prefix rows of each neighbouring batch reached at those tokens; none where a
+        batch has no cached rows that span them (the tokens stay: a prompt's new tokens
+        weigh more than its cached prefix)."""
+        reach = float("inf")
+        for b in batches:
+            curve = [(p.tokens, p.kv) for p in points if p.batch == b and p.kv > 0]
+            at = interpolate(curve, tokens)
+            if at is None:
+                return 0, [f"no cached-prefix rows at batch {b} span {tokens} tokens: {kv} "
+                           "cached KV priced as none"]
+            reach = min(reach, at)
+        kv_at = min(kv, math.floor(reach))
+        if kv_at == kv:
+            return kv, []
+        return kv_at, [f"{kv} cached KV beyond the {reach:g} measured at {tokens} tokens: at "
+                       f"{kv_at}"]
+
+    def _mixed_near(self, shape: StepShape, mode: str):
+        """A mixed step outside: from the mixed rows with its coordinates clamped (decode
+        batch, tokens, the decodes' context, the prompts), else by the rule of a profile
+        without mixed rows (one prefill step of all its tokens), clamped as a prefill."""
+        i = self.interpolator
+        if i.mixed_measured:
+            found = self._mixed_rows_near(shape, mode)
+            if found is not None:
+                return found
+        requests = shape.requests
+        tokens = shape.prefill_tokens + shape.decode_requests + shape.draft_tokens
+        prefill_mode = i.prefill_mode(tokens) or mode
+        found = self._prefill_near(requests, tokens, shape.prefill_kv_tokens, prefill_mode)
+        if found is None:
+            return None
+        price, at, notes, _ = found
+        basis = i.mixed_basis if not i.mixed_measured else "rule: outside the mixed rows"
+        return price, {**at, "as": "one prefill step of all its tokens"}, notes, basis
+
+    def _mixed_rows_near(self, shape: StepShape, mode: str):
+        i = self.interpolator
+        rows = [r for r in i.lattice if r.graph_mode == mode]
+        if not rows or not shape.decode_requests or not shape.prefill_requests:
+            return None
+        batches = sorted({r.decode_batch for r in rows})
+        notes: list[str] = []
+        bd = min(batches, key=lambda b: (abs(b - shape.decode_requests), -b)) \
+            if not batches[0] <= shape.decode_requests <= batches[-1] \
+            else shape.decode_requests
+        if bd not in batches:   # between lattice batches: each side's own span must hold T
+            bd = min(batches, key=lambda b: (abs(b - bd), -b))
+        if bd != shape.decode_requests:
+            notes.append(f"decode batch {shape.decode_requests} at the mixed lattice's "
+                         f"measured {bd}")
+        spans = [r.prefill_tokens for r in rows if r.decode_batch == bd]
+        t = min(max(shape.prefill_tokens, min(spans)), max(spans))
+        if t != shape.prefill_tokens:
+            notes.append(f"{shape.prefill_tokens} prefill tokens outside {min(spans)}-"
+                         f"{max(spans)} at decode batch {bd}: at {t}")
+        context = shape.decode_kv_tokens / shape.decode_requests
+        decode_mode = self.decode_mode(bd)
+        near = self._decode_near(bd, bd * context, decode_mode)
+        kv_decode = near[1]["decode_kv_tokens"] if near else bd * (i.lattice_context or 0)
+        prompts, cached = shape.prefill_requests, shape.prefill_kv_tokens
+        if (prompts, cached) != (1, 0):
+            found = self._prefill_near(prompts, t, cached, i.prefill_mode(t) or mode)
+            if found is None or found[1]["prefill_tokens"] != t:
+                notes.append(f"{prompts} prompt(s) over {cached} cached KV priced as one "
+                             "uncached prompt")
+                prompts, cached = 1, 0
+            else:
+                prompts, cached = found[1]["prefill_requests"], found[1]["prefill_kv_tokens"]
+        price: Priced = i.price_mixed(bd, prompts, t, mode, decode_kv_tokens=kv_decode,
+                                      prefill_kv_tokens=cached)
+        if price.seconds is None:
+            return None
+        return price, {"decode_requests": bd, "decode_kv_tokens": kv_decode,
+                       "prefill_requests": prompts, "prefill_tokens": t,
+                       "prefill_kv_tokens": cached}, notes, BASIS_ROWS
+
+    def _nearest_point(self, shape: StepShape, mode: str) -> MeasuredPoint:
+        i = self.interpolator
+        phase = i.decode if shape.kind == PHASE_DECODE else i.prefill or i.decode
+        pool = [p for p in phase if p.graph_mode == mode] or phase
+        tokens = shape.prefill_tokens if shape.kind == PHASE_PREFILL else \
+            shape.total_scheduled_tokens if shape.kind == PHASE_MIXED else 0
+        kv = shape.decode_kv_tokens if shape.kind == PHASE_DECODE else shape.prefill_kv_tokens
+
+        def distance(p: MeasuredPoint) -> float:
+            return (abs(math.log(max(p.batch, 1) / max(shape.requests, 1)))
+                    + abs(math.log((p.tokens + 1) / (tokens + 1)))
+                    + abs(math.log((p.kv + 1) / (kv + 1))))
+        return min(pool, key=distance)
+
+
+def _near_batch(points: list, batch: int, value: float, span_of, phase: str,
+                what: str) -> tuple[int, float, list[str], tuple[float, float]]:
+    """(batch, value, notes, the value's measured range there): the batch clamped into the
+    points' batches and the value (a request's context, or the step's tokens) clamped into
+    what was measured at that batch or, between two measured batches, at both (else at the
+    nearer one). span_of(point) is
+    the (low, high) that point contributes."""
+    batches = sorted({p.batch for p in points})
+    notes = []
+    b = min(max(batch, batches[0]), batches[-1])
+    if b != batch:
+        notes.append(f"{phase} batch {batch} outside the measured {batches[0]}-"
+                     f"{batches[-1]}: at {b}")
+
+    def span(x: int) -> tuple[float, float]:
+        here = [span_of(p) for p in points if p.batch == x]
+        return min(s[0] for s in here), max(s[1] for s in here)
+
+    if b in batches:
+        lo, hi = span(b)
+    else:
+        b0 = max(x for x in batches if x < b)
+        b1 = min(x for x in batches if x > b)
+        (l0, h0), (l1, h1) = span(b0), span(b1)
+        lo, hi = max(l0, l1), min(h0, h1)
+        if lo > hi:
+            nearer = b0 if b - b0 <= b1 - b else b1
+            notes.append(f"{phase} batches {b0} and {b1} measured no common range of {what}: "
+                         f"at batch {nearer}")
+            b = nearer
+            lo, hi = span(b)
+    clamped = min(max(value, lo), hi)
+    if clamped != value:
+        notes.append(f"{value:g} {what} outside the {lo:g}-{hi:g} measured at {phase} batch "
+                     f"{b}: at {clamped:g}")
+    return b, clamped, notes, (lo, hi)
