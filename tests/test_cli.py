@@ -367,13 +367,13 @@ def test_every_argument_of_every_command_says_what_it_is():
 
 # ---- a K sweep's index -------------------------------------------------------------------
 
-PRODUCTION = Path(__file__).resolve().parents[1] / "docs/evidence/h200/production"
-SWEEP = {1: "sdbench-agg-8b571b189cc2.json", 2: "sdbench-agg-ca360243fd62.json"}
+PRODUCTION = Path(__file__).resolve().parents[1] / "docs/evidence/h200/production/rounds"
+SWEEP = {1: "sdbench-agg-k1-0137686ad29a.json", 2: "sdbench-agg-k2-95498796f39d.json"}
 
 
 @pytest.fixture
 def sweep(tmp_path):
-    """The H200 production sweep's K=1 and K=2 artifacts (committed xz, inflated here),
+    """The H200 production sweep's K=1 and K=2 artifacts in rounds (committed xz, inflated here),
     and an index of them beside them (written as `sdbench collect --k 1-2` writes it)."""
     from pytest_sdbench.artifact.sweep import write_sweep_index
     written = []

@@ -1405,7 +1405,8 @@ def mixed_rows_in_a_two_phase_mode(d, draw):
 @forgery("grid", r"^(mixed\[\d+\]\.point_index: \d+ is outside grid\.mixed \(0\.\.-1\)|"
          r"measurement_policy\.mixed: expected None for mode 'agg', got 'mixed_step'|"
          r"rounds\[\d+\]\.order: PointRef\(phase='mixed', point_index=\d+\) is no point of "
-         r"the grid|coverage: completed \d+ \+ skipped \d+ != expected \d+)$",
+         r"the grid|coverage: completed \d+ \+ skipped \d+ != expected \d+|"
+         r"mixed: mode 'agg' measures no mixed points, yet \d+ observations are present)$",
          must=r"^mixed\[\d+\]\.point_index: \d+ is outside grid\.mixed", applies=mixed_rows)
 def mixed_rows_without_mixed_points(d, draw):
     """Mixed rows in an agg artifact whose grid holds no mixed point (as agg is for the
