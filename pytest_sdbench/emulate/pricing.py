@@ -30,7 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fidelity.predict import BASIS_ROWS, Interpolator, MeasuredPoint, Priced, interpolate
+from ..fidelity.predict import Interpolator
+from ..fidelity.predict_mixed import BASIS_ROWS
+from ..fidelity.predict_phases import MeasuredPoint, Priced, interpolate
 from ..fidelity.serving_records import StepRecord
 from ..wire.contract import (
     DEVICE_CUDA,
