@@ -47,8 +47,9 @@ from vllm.v1.worker.worker_base import CompilationTimes, WorkerBase
 
 from .acceptance import AcceptanceSampler, expected_acceptance_length
 from .clock import VirtualDevice, now
-from .pricing import ProfilePrice, shape_of
+from .pricing import ProfilePrice
 from .settings import EmulationSettings
+from .step_shape import shape_of
 from .steplog import EmulatedStep, StepLog
 
 if TYPE_CHECKING:
