@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_sdbench.fidelity.predict import profile_points
+from pytest_sdbench.fidelity.predict_phases import profile_points
 from pytest_sdbench.fidelity.run import save
 from pytest_sdbench.fidelity.serve import workload_json
 from pytest_sdbench.fidelity.serving_records import RequestRecord, ServingRun, StepRecord

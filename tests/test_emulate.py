@@ -31,13 +31,8 @@ import pytest
 
 from pytest_sdbench.emulate import EXECUTOR_QUALNAME, SETTINGS_KEY
 from pytest_sdbench.emulate.acceptance import AcceptanceSampler
-from pytest_sdbench.emulate.pricing import (
-    ProfilePrice,
-    StepShape,
-    Unpriceable,
-    check_priceable,
-    shape_of,
-)
+from pytest_sdbench.emulate.pricing import ProfilePrice, Unpriceable, check_priceable
+from pytest_sdbench.emulate.step_shape import StepShape, shape_of
 from pytest_sdbench.emulate.steplog import StepLogData, read_step_log
 from pytest_sdbench.fidelity.predict import Interpolator
 from pytest_sdbench.fidelity.serving_records import StepRecord

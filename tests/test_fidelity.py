@@ -15,15 +15,15 @@ import pytest
 
 from pytest_sdbench.aisimulate.fidelity import mooncake_rows
 from pytest_sdbench.cli import main
-from pytest_sdbench.fidelity.predict import (
-    BASIS_RULE,
+from pytest_sdbench.fidelity.predict import Interpolator
+from pytest_sdbench.fidelity.predict_mixed import BASIS_RULE
+from pytest_sdbench.fidelity.predict_phases import (
     NO_MODE,
     NO_PHASE,
     OFF_BATCH,
     OFF_CACHED,
     OFF_CONTEXT,
     OFF_TOKENS,
-    Interpolator,
     MeasuredPoint,
     interpolate,
     profile_points,

@@ -1,4 +1,4 @@
-"""Mixed steps priced from measured mixed rows (predict.MIXED_RULE; issue 53, "Prices from
+"""Mixed steps priced from measured mixed rows (predict_mixed.MIXED_RULE; issue 53, "Prices from
 rows"): the rule's three terms on constructed rows (pure pricing logic), the steps outside
 what was measured named by the coordinate that fell outside, the old rule only where a
 profile has no mixed rows and labelled so; then the real v7 CPU fixture's mixed points, a
@@ -10,22 +10,20 @@ import statistics
 
 import pytest
 
-from pytest_sdbench.fidelity.predict import (
+from pytest_sdbench.fidelity.predict import Interpolator
+from pytest_sdbench.fidelity.predict_mixed import (
     BASIS_ROWS,
     BASIS_RULE,
-    NO_MODE,
-    NO_PHASE,
     OFF_DECODE_BATCH,
     OFF_DECODE_CONTEXT,
     OFF_GRAPH_EDGE,
     OFF_PREFILL_TOKENS,
     OFF_PROMPTS,
-    Interpolator,
-    MeasuredPoint,
     MixedRow,
     lattice_of,
     mixed_rows,
 )
+from pytest_sdbench.fidelity.predict_phases import NO_MODE, NO_PHASE, MeasuredPoint
 from pytest_sdbench.fidelity.report import OURS, StepRow, kind_figures, mixed_pricing
 from pytest_sdbench.fidelity.served_compare import mixed_pricing as served_mixed_pricing
 from pytest_sdbench.fidelity.served_steps import (

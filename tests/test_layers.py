@@ -105,7 +105,7 @@ def test_sdbench_validate_runs_without_vllm(tmp_path):
 # ---- the package's floors: what engine/ may import, no circles, no oversized module ------
 ABOVE_THE_ENGINE = ("measure", "run", "plugin", "cli", "commands", "fidelity", "aisimulate",
                     "readers", "artifact", "grid")
-LONGEST_MODULE = 600   # lines: a module past it is split along its sections
+LONGEST_MODULE = 400   # lines: a module past it is split along its sections
 
 
 def _module_name(path: Path) -> str:

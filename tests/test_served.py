@@ -187,7 +187,8 @@ def test_a_mixed_step_is_priced_as_one_prefill_of_all_its_requests_and_tokens():
     """predict.RULE's mixed rule from totals: 1 decoding request (1 + K = 4 tokens) beside a
     1024-token prompt is a prefill step of 2 requests and 1028 tokens, linear in B between
     the measured batches 1 and 4; the mode is that of the prefill points at that many tokens."""
-    from pytest_sdbench.fidelity.predict import Interpolator, MeasuredPoint
+    from pytest_sdbench.fidelity.predict import Interpolator
+    from pytest_sdbench.fidelity.predict_phases import MeasuredPoint
     points = [MeasuredPoint("prefill", i, mode, b, t, 0, s) for i, (mode, b, t, s) in
               enumerate([("piecewise", 1, 256, 0.010), ("eager", 1, 1024, 0.020),
                          ("eager", 1, 4096, 0.080), ("eager", 4, 1024, 0.030),

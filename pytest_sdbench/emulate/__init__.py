@@ -12,9 +12,12 @@ length with vLLM's own rates (acceptance.py), and K new draft ids per request (w
 
     settings.py   what the engine core is told (--additional-config / $SDBENCH_EMULATE)
     executor.py   the seam: EmulatedExecutor (in-process, async scheduling, no device)
-    worker.py     EmulatedWorker: every worker call vLLM makes; per-request state; sampling
-    pricing.py    a SchedulerOutput's step priced from the profile, clamped and counted
-                  where it falls outside the measured ranges
+    worker.py     EmulatedWorker: every worker call vLLM makes; its KV-cache calls answered
+                  from the profile's capacity (worker_kv_cache.py), its per-request state
+                  and sampling (worker_sampling.py)
+    step_shape.py a SchedulerOutput's step as the collector's snapshot reads it
+    pricing.py    that step priced from the profile, clamped and counted where it falls
+                  outside the measured ranges
     clock.py      the virtual device, the deadline sleeper, the step log
     server.py     `vllm serve` of the emulated engine (the command and the fixture)
     command.py    `sdbench emulate PROFILE ...`

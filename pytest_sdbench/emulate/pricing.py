@@ -3,13 +3,10 @@ a step, looked up in the profile exactly as `sdbench fidelity` prices a step
 (fidelity.predict.Interpolator over a serving_records.StepRecord), in the graph mode the
 profile's rows of that kind ran at that size.
 
-A step is read per scheduled request (measure/iteration.py's snapshot): its new tokens
-(drafts excluded), the KV it reads (the scheduler's num_computed_tokens, less the drafts a
-step still in flight rejected: the rejection-corrected snapshot), its drafts; it is
-prefilling while that KV is short of its prompt. A step is decode-only, prefill-only or
-mixed by its requests (wire.records.Snapshot.phase_of). Its graph mode, as vLLM picks it by
-the step's size: decode, the mode of the profile's decode rows at the fewest requests at or
-above its batch (else at the most); prefill, Interpolator.prefill_mode of its tokens; mixed,
+A step is read per scheduled request, as measure/iteration.py's snapshot reads it
+(step_shape.py: StepShape, shape_of). Its graph mode, as vLLM picks it by the step's size:
+decode, the mode of the profile's decode rows at the fewest requests at or above its batch
+(else at the most); prefill, Interpolator.prefill_mode of its tokens; mixed,
 Interpolator.mixed_mode of its scheduled tokens.
 
 A step outside the measured ranges (the interpolator's "off-grid" answers) is priced by the
@@ -24,13 +21,13 @@ Pure: the artifact and plain numbers; no vLLM."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fidelity.predict import BASIS_ROWS, Interpolator, MeasuredPoint, Priced, interpolate
+from ..fidelity.predict import Interpolator
+from ..fidelity.predict_mixed import BASIS_ROWS
+from ..fidelity.predict_phases import MeasuredPoint, Priced, interpolate
 from ..fidelity.serving_records import StepRecord
 from ..wire.contract import (
     DEVICE_CUDA,
@@ -41,6 +38,7 @@ from ..wire.contract import (
     SOURCE_CUDA_EVENT,
 )
 from ..wire.model import Artifact
+from .step_shape import StepShape
 
 BASIS_PHASE_ROWS = "rows"                   # a prefill or decode step, from its phase's rows
 BASIS_NEAREST = "nearest measured point"    # nothing else reached it
@@ -52,49 +50,11 @@ class Unpriceable(ValueError):
 
 
 @dataclass(frozen=True)
-class StepShape:
-    """One step as the collector's snapshot reads it (totals over its requests)."""
-    prefill_requests: int = 0
-    prefill_tokens: int = 0        # new prompt tokens of the prefilling requests
-    prefill_kv_tokens: int = 0     # KV they read (cached prefix, earlier chunks)
-    decode_requests: int = 0
-    decode_kv_tokens: int = 0      # KV the decoding requests read
-    draft_tokens: int = 0          # drafts they verify (-1 placeholders counted)
-    total_scheduled_tokens: int = 0
-
-    @property
-    def kind(self) -> str:
-        kinds = [k for k, n in ((PHASE_PREFILL, self.prefill_requests),
-                                (PHASE_DECODE, self.decode_requests)) if n]
-        return PHASE_IDLE if not kinds else kinds[0] if len(kinds) == 1 else PHASE_MIXED
-
-    @property
-    def requests(self) -> int:
-        return self.prefill_requests + self.decode_requests
-
-
-def shape_of(rows: Iterable[tuple[int, int, int, int]]) -> StepShape:
-    """A step's shape from its requests: (prompt tokens, KV read, scheduled tokens with
-    drafts, drafts) each."""
-    counts = {f.name: 0 for f in dataclasses.fields(StepShape)}
-    for prompt, kv, scheduled, drafts in rows:
-        side = "prefill" if kv < prompt else "decode"
-        counts[f"{side}_requests"] += 1
-        counts[f"{side}_kv_tokens"] += kv
-        counts["total_scheduled_tokens"] += scheduled
-        if side == "prefill":
-            counts["prefill_tokens"] += scheduled - drafts
-        else:
-            counts["draft_tokens"] += drafts
-    return StepShape(**counts)
-
-
-@dataclass(frozen=True)
 class PricedStep:
     seconds: float
     kind: str
     graph_mode: str
-    basis: str                     # BASIS_PHASE_ROWS, predict's mixed bases, BASIS_NEAREST
+    basis: str                     # BASIS_PHASE_ROWS, predict_mixed's bases, BASIS_NEAREST
     how: str | None = None
     outside: str | None = None     # the interpolator's category where the step fell outside
     outside_detail: str | None = None

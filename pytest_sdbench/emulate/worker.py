@@ -26,6 +26,9 @@ The step's output is an AsyncModelRunnerOutput whose get_output() sleeps until t
 deadline on the VirtualDevice, so the same class serves vLLM's executors (UniProcExecutor
 wraps it in AsyncOutputFuture, MultiprocExecutor calls get_output in its output path) and
 the in-process EmulatedExecutor.
+
+Its parts: the KV-cache calls, answered from the profile's capacity (worker_kv_cache.py);
+the requests' states and what is sampled for them (worker_sampling.py).
 """
 
 from __future__ import annotations
@@ -33,42 +36,31 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheSpec
 from vllm.v1.outputs import (
     EMPTY_MODEL_RUNNER_OUTPUT,
     AsyncModelRunnerOutput,
     DraftTokenIds,
     ModelRunnerOutput,
 )
-from vllm.v1.worker.worker_base import CompilationTimes, WorkerBase
+from vllm.v1.worker.worker_base import CompilationTimes
 
 from .acceptance import AcceptanceSampler, expected_acceptance_length
 from .clock import VirtualDevice, now
-from .pricing import ProfilePrice, shape_of
+from .pricing import ProfilePrice
 from .settings import EmulationSettings
+from .step_shape import shape_of
 from .steplog import EmulatedStep, StepLog
+from .worker_kv_cache import KVCacheWorker
+from .worker_sampling import RequestSampling
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.core.sched.output import GrammarOutput, SchedulerOutput
-    from vllm.v1.kv_cache_interface import KVCacheConfig
 
 # Under "vllm." so that vLLM's log configuration (format, level) applies.
 logger = logging.getLogger("vllm.sdbench_emulate")
-
-
-@dataclass
-class _RequestState:
-    """What a real worker keeps per request, reduced to what sampling and pricing need."""
-
-    prompt_len: int            # the request's prompt (the collector's prompt_tokens)
-    target_len: int            # tokens to compute before the request samples (prompt,
-                               # or prompt + outputs when recomputing after preemption)
-    past_prompt: bool = False  # has sampled at least once since (re)admission
-    drafts: list[int] = field(default_factory=list)   # proposed for its next step
 
 
 class DeadlineOutput(AsyncModelRunnerOutput):
@@ -94,8 +86,9 @@ class DeadlineOutput(AsyncModelRunnerOutput):
         return self._output
 
 
-class EmulatedWorker(WorkerBase):
-    """A model-less worker. Constructed by EmulatedExecutor (or vLLM, --worker-cls)."""
+class EmulatedWorker(RequestSampling, KVCacheWorker):
+    """A model-less worker. Constructed by EmulatedExecutor (or vLLM, --worker-cls). Its
+    KV-cache calls: KVCacheWorker; its requests and sampling: RequestSampling."""
 
     def __init__(self, vllm_config: VllmConfig, local_rank: int = 0, rank: int = 0,
                  distributed_init_method: str = "", is_driver_worker: bool = True,
@@ -140,14 +133,14 @@ class EmulatedWorker(WorkerBase):
         self._acceptance = AcceptanceSampler(conditional, self._rng)
         self._vocab_size = int(self.model_config.get_vocab_size())
         self._eos_ids = self._eos_token_ids()
-        self._requests: dict[str, _RequestState] = {}
+        self._requests = {}
         self._draft_ids: DraftTokenIds | None = None
         self._pending: DeadlineOutput | None = None
         # steps launched whose output was not yet taken, each with its requests' rejected
         # drafts: the scheduler counted those drafts as computed when it scheduled later
         self._in_flight: list[tuple[DeadlineOutput, dict[str, int]]] = []
         self._step = 0
-        self.kv_cache_config: KVCacheConfig | None = None
+        self.kv_cache_config = None
         self.device_clock = VirtualDevice(self.settings.wake_lead)
         self.step_log = StepLog(self.settings.step_log, self._header)
 
@@ -177,73 +170,11 @@ class EmulatedWorker(WorkerBase):
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """No model: config.json is all vLLM reads (in the front end)."""
 
-    def get_kv_cache_spec(self) -> dict[str, KVCacheSpec]:
-        """One full-attention spec per attention layer of target and draft, as the GPU
-        runner reports them for a dense model (same shape: one KV cache group)."""
-        return dict(self._kv_layer_specs())
-
-    def get_supported_kv_cache_layouts(self) -> list[str]:
-        """0.32 only (EngineCore._initialize_kv_caches): no backend, any plain layout."""
-        return ["LBNHC", "LBHNC"]
-
-    def set_kv_cache_layout(self, kv_cache_layout: str) -> None:
-        """0.32 only: nothing is allocated, so the layout is only noted."""
-        self._kv_cache_layout = kv_cache_layout
-
-    def determine_available_memory(self) -> int:
-        """Exactly the bytes of the profile's number of blocks, never a measurement."""
-        return self.num_gpu_blocks() * self.bytes_per_block()
-
-    def initialize_from_config(self, kv_cache_config: KVCacheConfig | list[KVCacheConfig]
-                               ) -> None:
-        """Keep the planned config (num_blocks, groups); allocate nothing. The executor
-        sends one config per worker (a list); vLLM's WorkerWrapperBase picks this rank's
-        before calling a worker, the in-process EmulatedExecutor does not."""
-        if isinstance(kv_cache_config, list):
-            kv_cache_config = kv_cache_config[self.rank]
-        self.kv_cache_config = kv_cache_config
-        want = self.num_gpu_blocks()
-        if kv_cache_config.num_blocks != want:
-            raise RuntimeError(f"sdbench emulate: vLLM planned {kv_cache_config.num_blocks} "
-                               f"KV blocks, the emulation asked for {want}")
-
     def compile_or_warm_up_model(self) -> CompilationTimes:
         return CompilationTimes(language_model=0.0, encoder=0.0)
 
     def update_max_model_len(self, max_model_len: int) -> None:
         self.model_config.max_model_len = max_model_len
-
-    # ------------------------------------------------------------- capacity -------
-    def num_gpu_blocks(self) -> int:
-        """The settings' num_gpu_blocks, else the profile's kv_capacity.num_blocks."""
-        blocks = self.settings.num_gpu_blocks
-        return int(blocks if blocks is not None else self.price.kv_capacity.num_blocks)
-
-    def bytes_per_block(self) -> int:
-        return sum(spec.page_size_bytes for _, spec in self._kv_layer_specs())
-
-    def _kv_layer_specs(self) -> list[tuple[str, KVCacheSpec]]:
-        from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
-
-        specs: list[tuple[str, KVCacheSpec]] = []
-        block_size = int(self.cache_config.block_size)
-        configs = [self.model_config]
-        if self.speculative_config is not None and getattr(
-                self.speculative_config, "draft_model_config", None) is not None:
-            configs.append(self.speculative_config.draft_model_config)
-        index = 0
-        for config in configs:
-            dtype = kv_cache_dtype_str_to_dtype(self.cache_config.cache_dtype, config)
-            spec = FullAttentionSpec(
-                block_size=block_size,
-                num_kv_heads=config.get_num_kv_heads(self.parallel_config),
-                head_size=config.get_head_size(),
-                dtype=dtype,
-            )
-            for _ in range(config.get_num_layers(self.parallel_config)):
-                specs.append((f"model.layers.{index}.self_attn.attn", spec))
-                index += 1
-        return specs
 
     # --------------------------------------------------------------- stepping -----
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
@@ -327,98 +258,6 @@ class EmulatedWorker(WorkerBase):
             # later may be killed before its shutdown closes the log
             log.flush()
 
-    def _forget(self, so: SchedulerOutput) -> None:
-        for req_id in so.finished_req_ids:
-            self._requests.pop(req_id, None)
-        for req_id in getattr(so, "preempted_req_ids", None) or ():
-            state = self._requests.get(req_id)
-            if state is not None:        # recomputed from scratch when resumed
-                state.past_prompt = False
-                state.drafts = []
-
-    def _admit(self, so: SchedulerOutput) -> dict[str, int]:
-        """Update request states from the step; return computed tokens before the step."""
-        computed: dict[str, int] = {}
-        for new in so.scheduled_new_reqs:
-            # V2 runner: resumed requests come back as new ones with all their tokens.
-            prompt = new.prompt_token_ids
-            tokens = getattr(new, "prefill_token_ids", None) or prompt
-            if tokens is not None:
-                target = len(tokens)
-            elif new.prompt_embeds is not None:   # (NewRequestData.prompt_len: 0.32 only)
-                target = int(new.prompt_embeds.shape[0])
-            else:
-                target = 0
-            prompt_len = len(prompt) if prompt is not None else target
-            self._requests[new.req_id] = _RequestState(prompt_len=prompt_len,
-                                                       target_len=target)
-            computed[new.req_id] = int(new.num_computed_tokens)
-        cached = so.scheduled_cached_reqs
-        resumed = getattr(cached, "resumed_req_ids", None) or set()
-        for i, req_id in enumerate(cached.req_ids):
-            computed[req_id] = int(cached.num_computed_tokens[i])
-            state = self._requests.get(req_id)
-            if req_id in resumed or state is None:
-                all_tokens = cached.all_token_ids.get(req_id)
-                target = (len(all_tokens) if all_tokens is not None
-                          else (state.target_len if state else 0)
-                          + int(cached.num_output_tokens[i]))
-                prompt_len = state.prompt_len if state else target
-                self._requests[req_id] = _RequestState(prompt_len=prompt_len,
-                                                       target_len=target)
-        return computed
-
-    def _sample(self, so: SchedulerOutput, computed: dict[str, int]
-                ) -> tuple[ModelRunnerOutput, DraftTokenIds | None, tuple[int, int, int],
-                           dict[str, int]]:
-        """The step's ModelRunnerOutput, the drafts proposed for the next step, the step's
-        (accepted, verified, sampled) token counts and each request's rejected drafts."""
-        req_ids = list(so.num_scheduled_tokens)
-        sampled: list[list[int]] = []
-        draft_req_ids: list[str] = []
-        draft_lists: list[list[int]] = []
-        rejected: dict[str, int] = {}
-        accepted_total = verified_total = sampled_total = 0
-        placeholders = self.async_scheduling
-        for req_id in req_ids:
-            state = self._requests[req_id]
-            n = int(so.num_scheduled_tokens[req_id])
-            scheduled = so.scheduled_spec_decode_tokens.get(req_id, ())
-            if not state.past_prompt:
-                # Prefill: samples only when this chunk reaches the end of the prompt.
-                if computed[req_id] + n - len(scheduled) < state.target_len:
-                    sampled.append([])
-                    continue
-                state.past_prompt = True
-                tokens = [self._token()]
-            else:
-                drafts = [d if d >= 0 or not placeholders
-                          else (state.drafts[i] if i < len(state.drafts) else -1)
-                          for i, d in enumerate(scheduled)]
-                accepted = self._acceptance.draw(drafts)
-                accepted_total += accepted
-                verified_total += len(drafts)
-                if len(scheduled) > accepted:
-                    rejected[req_id] = len(scheduled) - accepted
-                tokens = [*drafts[:accepted], self._token()]
-            sampled.append(tokens)
-            sampled_total += len(tokens)
-            if self.num_spec_tokens:
-                state.drafts = [self._token() for _ in range(self.num_spec_tokens)]
-                draft_req_ids.append(req_id)
-                draft_lists.append(list(state.drafts))
-        output = ModelRunnerOutput(req_ids=req_ids,
-                                   req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                   sampled_token_ids=sampled)
-        drafts_out = DraftTokenIds(draft_req_ids, draft_lists) if draft_req_ids else None
-        return output, drafts_out, (accepted_total, verified_total, sampled_total), rejected
-
-    def _token(self) -> int:
-        while True:
-            token = self._rng.randrange(3, self._vocab_size) if self._vocab_size > 3 else 0
-            if token not in self._eos_ids:
-                return token
-
     def _eos_token_ids(self) -> set[int]:
         ids: set[int] = set()
         for source in (self.model_config.hf_config,
@@ -454,9 +293,6 @@ class EmulatedWorker(WorkerBase):
 
     def get_model(self) -> Any:
         raise RuntimeError("sdbench emulate: there is no model")
-
-    def get_cache_block_size_bytes(self) -> int:
-        return self.bytes_per_block()
 
     def execute_dummy_batch(self) -> None:
         """Data parallel idles send dummy batches; nothing to run."""

@@ -6,7 +6,8 @@ latencies beside `aisimulate predict`'s, in one report folder.
     workload.py         the seeded workload (arrivals, lengths); coverage.py: the default
     serve.py            the engine driven step by step, observed      (the engine)
     serving_records.py  the runs as recorded                          pure
-    predict.py          our interpolation rule                        pure
+    predict.py          our interpolation rule (RULE, Interpolator)   pure
+    predict_phases.py   its prefill and decode steps; predict_mixed.py: its mixed steps
     (the engine rebuilt from the profile: pytest_sdbench.run.profile; AISimulate's
     predictions, in its environment: pytest_sdbench.aisimulate.fidelity)
     report.py           the figures;  report_text.py: Markdown, CSV;  plots.py: the PNGs

@@ -21,7 +21,9 @@ from typing import Any
 
 from ..wire.contract import PHASE_MIXED
 from ..wire.model import Artifact, utc_now
-from .predict import BASIS_ROWS, BASIS_RULE, Interpolator, Priced
+from .predict import Interpolator
+from .predict_mixed import BASIS_ROWS, BASIS_RULE
+from .predict_phases import Priced
 from .serving_records import STEP_KINDS, ServingRun, StepRecord, batch_bucket, bucket_label
 from .workload import ARRIVAL_POISSON
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
-from .predict import BASIS_ROWS, BASIS_RULE
+from .predict_mixed import BASIS_ROWS, BASIS_RULE
 from .report import percentile
 from .served import read_manifest, served_results
 from .served_steps import ServedRequest, price_served_steps, served_requests
@@ -251,8 +251,9 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
     if not entries:
         return []
     lines = ["", "The profile's own price of the served mixed steps (a request's prefill "
-             "beside the decoding ones; served_steps.MIXED_RULE, priced by predict.MIXED_RULE "
-             "from the profile's mixed rows, or by predict.MIXED_FALLBACK_RULE where it has "
+             "beside the decoding ones; served_steps.MIXED_RULE, priced by "
+             "predict_mixed.MIXED_RULE from the profile's mixed rows, or by "
+             "predict_mixed.MIXED_FALLBACK_RULE where it has "
              "none; batch: decoding and prefilled requests; a step counted once in the gaps "
              "of each request decoding in it):", ""]
     lines += [f"- rate {e['rate']:g}: {mixed_pricing(e['profile_steps']['mixed'])}"
@@ -304,7 +305,7 @@ def mixed_pricing(mixed: dict) -> str:
     else:
         priced = (f"none from mixed rows (the profile has none), "
                   f"{mixed.get('priced_by_rule', 0)} priced by the rule "
-                  f"(predict.MIXED_FALLBACK_RULE; about {about.get(BASIS_RULE, 0):g} steps)")
+                  f"(predict_mixed.MIXED_FALLBACK_RULE; about {about.get(BASIS_RULE, 0):g} steps)")
     outside = "; ".join(f"{n} {why} (e.g. {examples[why]})" if examples.get(why)
                         else f"{n} {why}" for why, n in sorted(unpriced.items()))
     return (f"{mixed['gaps']} mixed gaps: {priced}, {sum(unpriced.values())} outside what was "

@@ -20,13 +20,13 @@ that request's first chunk comes from the step that computed its prompt, so it i
 to the gap whose closing chunk lies nearest its own (a tie to the later). The step then holds
 those prompts (uncached: their whole input) beside the requests decoding at the gap's
 midpoint (counted as above, with the KV they read), and the profile prices it as the
-in-process fidelity prices a mixed step: from its mixed rows (predict.MIXED_RULE, in the
-graph mode its mixed rows ran at that many scheduled tokens) where it has any, else by the
-rule (predict.MIXED_FALLBACK_RULE, in the mode its prefill points ran at that many tokens),
-labelled a rule; the report counts the gaps priced each way and those outside, by why. A
-mixed step shows once in the gaps of each request decoding beside it: the figures count
-gaps (where steps are estimated, a gap is 1 / its decoding requests of a step). A gap that
-a window overlaps with no prefill ending in it (the lag's step after a prefill, a request
+in-process fidelity prices a mixed step: from its mixed rows (predict_mixed.MIXED_RULE, in
+the graph mode its mixed rows ran at that many scheduled tokens) where it has any, else by
+the rule (predict_mixed.MIXED_FALLBACK_RULE, in the mode its prefill points ran at that many
+tokens), labelled a rule; the report counts the gaps priced each way and those outside, by
+why. A mixed step shows once in the gaps of each request decoding beside it: the figures
+count gaps (where steps are estimated, a gap is 1 / its decoding requests of a step). A gap
+that a window overlaps with no prefill ending in it (the lag's step after a prefill, a request
 waiting, or one prefilled in chunks) is left out.
 
 What a client gap holds beyond the step: the server's output path (detokenizing, streaming)
@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 from ..wire.contract import PHASE_DECODE
 from ..wire.model import Artifact
-from .predict import BASIS_ROWS, BASIS_RULE, MIXED_FALLBACK_RULE, Interpolator
-from .predict import MIXED_RULE as PRICING_RULE
+from .predict import Interpolator
+from .predict_mixed import BASIS_ROWS, BASIS_RULE, MIXED_FALLBACK_RULE
+from .predict_mixed import MIXED_RULE as PRICING_RULE
 from .serving_records import batch_bucket, bucket_label
 
 
@@ -285,10 +286,10 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
 
 
 def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) -> dict:
-    """The mixed gaps priced from the profile's mixed rows (predict.MIXED_RULE) where it has
-    any, else by predict's rule (MIXED_FALLBACK_RULE), by their whole batch (decoding and
-    prefilled requests); the gaps priced each way and those outside, by why (about how many
-    steps each: a gap counts 1 / its decoding requests)."""
+    """The mixed gaps priced from the profile's mixed rows (predict_mixed.MIXED_RULE) where
+    it has any, else by the rule (predict_mixed.MIXED_FALLBACK_RULE), by their whole batch
+    (decoding and prefilled requests); the gaps priced each way and those outside, by why
+    (about how many steps each: a gap counts 1 / its decoding requests)."""
     gaps, waiting, lag = mixed_gaps(requests)
     priced: dict[tuple[int, int], list[tuple[float, float]]] = {}
     unpriced: dict[str, int] = {}

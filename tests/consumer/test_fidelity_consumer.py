@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sdbench.aisimulate.export.vocabulary import CONSUMER_VERSION
-from pytest_sdbench.fidelity.predict import profile_points
+from pytest_sdbench.fidelity.predict_phases import profile_points
 from pytest_sdbench.fidelity.report import CONSUMER, OURS
 from pytest_sdbench.fidelity.run import report
 
