@@ -41,6 +41,8 @@ from pytest_sdbench.run.profile import read_profile
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "docs/evidence/h200/served-aisimulate/sdbench-agg-k3-893a0f15199c.json.xz"
 CPU_V7 = ROOT / "tests/fixtures/cpu-agg-v7.json"
+# the H100 qwen3-8b profile with mixed rows (issue 53's lease): its lattice stops at 8192
+H100_MIXED = ROOT / "docs/evidence/h100/serving-under-load/sdbench-agg-k3-292b5bf1ed5f.json.xz"
 K, AL = 3, 2.78
 GROUP = "emulated-server"   # the fixture's server starts once, on one xdist worker
 
@@ -125,16 +127,29 @@ def profile_price_of(s: dict, interp: Interpolator) -> float | None:
     coordinates it was priced at where it was outside (which the rows must then cover)."""
     at = dict(s["priced_at"] or {})
     kind = "prefill" if at.pop("as", None) else s["kind"]
+    lower, asked = at.pop("extended_from", None), at.pop("extended_to", None)
     shape = {**{k: s[k] for k in ("prefill_requests", "prefill_tokens", "prefill_kv_tokens",
                                   "decode_requests", "decode_kv_tokens", "draft_tokens",
                                   "total_scheduled_tokens")}, **at}
     if kind == "prefill" and at:
         shape.update(decode_requests=0, decode_kv_tokens=0, draft_tokens=0,
                      total_scheduled_tokens=shape["prefill_tokens"])
-    record = StepRecord(native_iteration_id=0, kind=kind, graph_mode=s["graph_mode"],
-                        seconds=0.0, full_depth_requests=0, accepted_drafts=None, waiting=0,
-                        running=0, **shape)
-    return interp.price(record).seconds
+
+    def price_at(tokens: int) -> float | None:
+        here = {**shape, "prefill_tokens": tokens}
+        if kind == "prefill" and at:
+            here["total_scheduled_tokens"] = tokens
+        return interp.price(StepRecord(native_iteration_id=0, kind=kind,
+                                       graph_mode=s["graph_mode"], seconds=0.0,
+                                       full_depth_requests=0, accepted_drafts=None, waiting=0,
+                                       running=0, **here)).seconds
+    top = price_at(shape["prefill_tokens"])
+    if lower is None or top is None:
+        return top
+    base = price_at(lower)      # beyond the rows: along the line through the top two
+    assert base is not None
+    return top + (top - base) / (shape["prefill_tokens"] - lower) * \
+        (asked - shape["prefill_tokens"])
 
 
 def step_time_problems(log: StepLogData, interp: Interpolator) -> list[str]:
@@ -356,7 +371,8 @@ def test_a_step_inside_is_priced_as_fidelity_prices_it():
      {"decode_requests": 4, "decode_kv_tokens": 8091}),   # 2022.75 a request at most
     (StepShape(prefill_requests=1, prefill_tokens=3000, total_scheduled_tokens=3000),
      "off-grid: tokens", {"prefill_requests": 1, "prefill_tokens": 2047,
-                          "prefill_kv_tokens": 0}),
+                          "prefill_kv_tokens": 0, "extended_from": 1024,
+                          "extended_to": 3000}),
     (StepShape(prefill_requests=40, prefill_tokens=40 * 128, total_scheduled_tokens=5120),
      "off-grid: batch", {"prefill_requests": 32, "prefill_tokens": 5120,
                          "prefill_kv_tokens": 0}),
@@ -368,10 +384,23 @@ def test_a_step_outside_is_priced_at_the_nearest_rows_and_counted(shape, categor
     assert got.priced_at == priced_at
     assert got.clamped                                    # says what moved
     kind = shape.kind
-    assert got.seconds == _interp_price(kind, got.graph_mode, **priced_at,
-                                        total_scheduled_tokens=shape.total_scheduled_tokens
-                                        if kind == "decode" else priced_at["prefill_tokens"],
-                                        draft_tokens=shape.draft_tokens)
+    at = {k: v for k, v in priced_at.items() if not k.startswith("extended_")}
+
+    def at_tokens(tokens: int | None = None) -> float:
+        here = {**at, "prefill_tokens": tokens} if tokens is not None else at
+        return _interp_price(kind, got.graph_mode, **here,
+                             total_scheduled_tokens=shape.total_scheduled_tokens
+                             if kind == "decode" else here["prefill_tokens"],
+                             draft_tokens=shape.draft_tokens)
+    if "extended_to" not in priced_at:
+        assert got.seconds == at_tokens()
+        return
+    # more tokens than measured: not the shorter step's price, the line through the top two
+    top, lower = priced_at["prefill_tokens"], priced_at["extended_from"]
+    slope = (at_tokens() - at_tokens(lower)) / (top - lower)
+    assert slope > 0
+    assert got.seconds == pytest.approx(at_tokens() + slope * (shape.prefill_tokens - top))
+    assert got.seconds > at_tokens()
 
 
 def test_mixed_rows_price_a_mixed_step_and_the_nearest_outside():
@@ -393,6 +422,31 @@ def test_mixed_rows_price_a_mixed_step_and_the_nearest_outside():
     assert got.seconds == interp.price_mixed(
         2, at["prefill_requests"], 64, got.graph_mode, decode_kv_tokens=at["decode_kv_tokens"],
         prefill_kv_tokens=at["prefill_kv_tokens"]).seconds
+
+
+def test_a_mixed_step_of_more_prompt_tokens_than_measured_is_extended_not_clamped():
+    """Two 6,000-token prompts beside 4 decodes (vLLM admits them in one step of a c32
+    6000/200 run): 12,000 new tokens against a lattice that stops at 8,192. Clamped, the
+    step would be priced as the 8,192-token one (a third short); it is priced at the top
+    plus the slope through the two highest measured rows times the tokens beyond."""
+    price = ProfilePrice(read_profile(H100_MIXED))
+    interp = price.interpolator
+    step = StepShape(decode_requests=4, decode_kv_tokens=4 * 2050, draft_tokens=4 * K,
+                     prefill_requests=1, prefill_tokens=12000,
+                     total_scheduled_tokens=12000 + 4 * (1 + K))
+    got = price(step)
+    assert (got.kind, got.basis, got.outside) == ("mixed", "mixed rows",
+                                                  "off-grid: prefill tokens")
+    at = got.priced_at
+    assert (at["prefill_tokens"], at["extended_from"], at["extended_to"]) == (8192, 4096, 12000)
+
+    def row(tokens: int) -> float:
+        return interp.price_mixed(4, 1, tokens, got.graph_mode,
+                                  decode_kv_tokens=at["decode_kv_tokens"]).seconds
+    slope = (row(8192) - row(4096)) / 4096
+    assert got.seconds == pytest.approx(row(8192) + slope * (12000 - 8192))
+    assert got.seconds > 1.3 * row(8192)
+    assert any("beyond the 8192 measured" in note for note in got.clamped)
 
 
 def test_a_profile_it_cannot_price_is_refused():

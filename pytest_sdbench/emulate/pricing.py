@@ -13,7 +13,11 @@ A step outside the measured ranges (the interpolator's "off-grid" answers) is pr
 nearest rows: its coordinates are clamped into the measured range (batch into the measured
 batches; then tokens, cached KV and context into what was measured at that batch, or at both
 neighbouring batches) and priced there; the step is counted (its record names the category
-and the coordinates it was priced at). What clamping cannot reach (a mixed step whose terms
+and the coordinates it was priced at). A prompt longer than the rows measured (a step's
+new tokens above the top of its batch's rows: several long prompts admitted at once) is
+not clamped down to the top, which would price it as the shorter step: it is priced at the
+top and extended along the line through the two highest measured rows (extend_tokens; its
+record names both and the tokens asked). What clamping cannot reach (a mixed step whose terms
 fall apart) is priced by the rule of a mixed step without rows, then by the nearest
 measured point, each said so. The engine never stops on a price.
 
@@ -21,7 +25,9 @@ Pure: the artifact and plain numbers; no vLLM."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -224,14 +230,19 @@ class ProfilePrice:
         if kv > 0:
             kv_at, more = self._cached_near(points, near, t, kv)
             notes += more
-        record = _record(PHASE_PREFILL, mode, StepShape(
-            prefill_requests=b, prefill_tokens=t, prefill_kv_tokens=kv_at,
-            total_scheduled_tokens=t))
-        price = self.interpolator.price(record)
+
+        def at(x: int) -> Priced:
+            return self.interpolator.price(_record(PHASE_PREFILL, mode, StepShape(
+                prefill_requests=b, prefill_tokens=x, prefill_kv_tokens=kv_at,
+                total_scheduled_tokens=x)))
+        price = at(t)
         if price.seconds is None:
             return None
-        return price, {"prefill_requests": b, "prefill_tokens": t,
-                       "prefill_kv_tokens": kv_at}, notes, BASIS_PHASE_ROWS
+        where = {"prefill_requests": b, "prefill_tokens": t, "prefill_kv_tokens": kv_at}
+        if tokens > t and b in {p.batch for p in plain}:
+            measured = [p.tokens for p in plain if p.batch == b]
+            price, where = extend_tokens(price, where, at, measured, tokens, notes)
+        return price, where, notes, BASIS_PHASE_ROWS
 
     @staticmethod
     def _cached_near(points: list[MeasuredPoint], batches: list[int], tokens: int,
@@ -306,13 +317,18 @@ class ProfilePrice:
                 prompts, cached = 1, 0
             else:
                 prompts, cached = found[1]["prefill_requests"], found[1]["prefill_kv_tokens"]
-        price: Priced = i.price_mixed(bd, prompts, t, mode, decode_kv_tokens=kv_decode,
-                                      prefill_kv_tokens=cached)
+
+        def at(x: int) -> Priced:
+            return i.price_mixed(bd, prompts, x, mode, decode_kv_tokens=kv_decode,
+                                 prefill_kv_tokens=cached)
+        price = at(t)
         if price.seconds is None:
             return None
-        return price, {"decode_requests": bd, "decode_kv_tokens": kv_decode,
-                       "prefill_requests": prompts, "prefill_tokens": t,
-                       "prefill_kv_tokens": cached}, notes, BASIS_ROWS
+        where = {"decode_requests": bd, "decode_kv_tokens": kv_decode,
+                 "prefill_requests": prompts, "prefill_tokens": t, "prefill_kv_tokens": cached}
+        if shape.prefill_tokens > t:
+            price, where = extend_tokens(price, where, at, spans, shape.prefill_tokens, notes)
+        return price, where, notes, BASIS_ROWS
 
     def _nearest_point(self, shape: StepShape, mode: str) -> MeasuredPoint:
         i = self.interpolator
@@ -327,6 +343,29 @@ class ProfilePrice:
                     + abs(math.log((p.tokens + 1) / (tokens + 1)))
                     + abs(math.log((p.kv + 1) / (kv + 1))))
         return min(pool, key=distance)
+
+
+def extend_tokens(price: Priced, where: dict, price_at: Callable[[int], Priced],
+                  measured: list[int], asked: int, notes: list[str]) -> tuple[Priced, dict]:
+    """A step of more new tokens than its rows measured (`asked` above the top, where
+    `price` was read): the price at the top plus the slope of the line through the two
+    highest measured token counts times the tokens beyond it (a prefill's cost grows about
+    linearly in its tokens there; clamping would price the shorter step). Unchanged where
+    there is no second point, it prices no higher, or the line would fall."""
+    top = where["prefill_tokens"]
+    below = [x for x in set(measured) if x < top]
+    if not below or price.seconds is None:
+        return price, where
+    lower = max(below)
+    base = price_at(lower)
+    if base.seconds is None or base.seconds >= price.seconds:
+        return price, where
+    slope = (price.seconds - base.seconds) / (top - lower)
+    extra = slope * (asked - top)
+    notes.append(f"{asked} prefill tokens beyond the {top} measured: + {extra * 1e3:.4f} ms "
+                 f"along the line through {lower} and {top}")
+    extended = dataclasses.replace(price, seconds=price.seconds + extra)
+    return extended, {**where, "extended_from": lower, "extended_to": asked}
 
 
 def _near_batch(points: list, batch: int, value: float, span_of, phase: str,
