@@ -3,6 +3,7 @@
 runs are tests/test_served.py's and tests/test_emulate.py's)."""
 
 import json
+from pathlib import Path
 
 from pytest_sdbench.cli import main
 from pytest_sdbench.fidelity.emulated_compare import compare_emulated
@@ -59,3 +60,22 @@ def test_the_command_writes_the_report_and_refuses_folders_with_nothing_in_commo
     assert sorted(p.name for p in out.iterdir()) == ["emulation.json", "emulation.md"]
     assert main(["fidelity", "--served", str(real), "--emulated", str(other), "--no-plots"]) == 2
     assert "served no run in common" in capsys.readouterr().err
+
+
+def test_without_a_consumer_environment_aisimulate_is_said_not_run(tmp_path, capsys,
+                                                                     monkeypatch):
+    """With PROFILE and no consumer environment: the comparison stands, and the report says
+    AISimulate was not run and why (the consumer's own run: tests/consumer)."""
+    monkeypatch.delenv("SDBENCH_CONSUMER_PYTHON", raising=False)
+    real = _folder(tmp_path, "real", [("rate-4", 0, 10.0, 1.0, 8.0)])
+    emu = _folder(tmp_path, "emu", [("rate-4", 0, 11.0, 1.0, 8.0)])
+    profile = str(Path(__file__).resolve().parents[1] / "docs/evidence/h100/serving-under-load"
+                  / "sdbench-agg-k3-292b5bf1ed5f.json.xz")
+    out = tmp_path / "out"
+    assert main(["fidelity", profile, "--served", str(real), "--emulated", str(emu),
+                 "--out", str(out), "--no-plots"]) == 0
+    captured = capsys.readouterr()
+    assert "AISimulate beside it: not run (no consumer environment was given" in captured.out
+    report = json.loads((out / "emulation.json").read_text())
+    assert report["consumer"]["status"] == "not run"
+    assert report["runs"][0]["figures"]["TTFT"]["error"] == 11.0 / 10.0 - 1

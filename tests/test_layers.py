@@ -264,9 +264,11 @@ def test_no_module_imports_star():
 
 # ---- the tracked tree travels with every GPU call: it stays light --------------------------
 CHECKOUT = Path(__file__).resolve().parents[1]
-# large evidence is committed xz (docs/evidence/README.md); a 48 MiB wheelhouse part and
-# the tree fit one device call (64 MiB). The largest file is the plan-grade profile (xz, 1.6 MB).
-TRACKED_TREE_BYTES = 8_000_000
+# large evidence is committed xz (docs/evidence/README.md); a 49 MiB wheelhouse part
+# (51,380,224 bytes, docs/gpu.md) and the tree fit one device call (64 MiB; counted in
+# 64,000,000 bytes, a margin kept for blocks). The largest file is the plan-grade profile
+# (xz, 1.6 MB).
+TRACKED_TREE_BYTES = 9_000_000
 
 
 @pytest.mark.skipif(not (CHECKOUT / ".git").exists(), reason="not a git checkout (the wheel "

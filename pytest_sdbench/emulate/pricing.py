@@ -25,9 +25,7 @@ Pure: the artifact and plain numbers; no vLLM."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +42,7 @@ from ..wire.contract import (
     SOURCE_CUDA_EVENT,
 )
 from ..wire.model import Artifact
+from .outside import extend_tokens, near_batch
 from .step_shape import StepShape
 
 BASIS_PHASE_ROWS = "rows"                   # a prefill or decode step, from its phase's rows
@@ -190,7 +189,7 @@ class ProfilePrice:
         points = [p for p in self.interpolator.decode if p.graph_mode == mode]
         if not points or batch < 1:
             return None
-        b, context, notes, (lo, hi) = _near_batch(points, batch, kv / batch,
+        b, context, notes, (lo, hi) = near_batch(points, batch, kv / batch,
                                                   lambda p: (p.kv / p.batch, p.kv / p.batch),
                                                   "decode", "KV tokens a request")
         # whole KV tokens, rounded into the range (between batches each neighbour reads
@@ -221,7 +220,7 @@ class ProfilePrice:
         plain = [p for p in points if p.kv == 0]
         if not plain:
             return None
-        b, t, notes, _ = _near_batch(plain, batch, tokens, lambda p: (p.tokens, p.tokens),
+        b, t, notes, _ = near_batch(plain, batch, tokens, lambda p: (p.tokens, p.tokens),
                                      "prefill", "prefill tokens")
         t = round(t)
         near = sorted({p.batch for p in plain if p.batch <= b})[-1:] + \
@@ -343,64 +342,3 @@ class ProfilePrice:
                     + abs(math.log((p.tokens + 1) / (tokens + 1)))
                     + abs(math.log((p.kv + 1) / (kv + 1))))
         return min(pool, key=distance)
-
-
-def extend_tokens(price: Priced, where: dict, price_at: Callable[[int], Priced],
-                  measured: list[int], asked: int, notes: list[str]) -> tuple[Priced, dict]:
-    """A step of more new tokens than its rows measured (`asked` above the top, where
-    `price` was read): the price at the top plus the slope of the line through the two
-    highest measured token counts times the tokens beyond it (a prefill's cost grows about
-    linearly in its tokens there; clamping would price the shorter step). Unchanged where
-    there is no second point, it prices no higher, or the line would fall."""
-    top = where["prefill_tokens"]
-    below = [x for x in set(measured) if x < top]
-    if not below or price.seconds is None:
-        return price, where
-    lower = max(below)
-    base = price_at(lower)
-    if base.seconds is None or base.seconds >= price.seconds:
-        return price, where
-    slope = (price.seconds - base.seconds) / (top - lower)
-    extra = slope * (asked - top)
-    notes.append(f"{asked} prefill tokens beyond the {top} measured: + {extra * 1e3:.4f} ms "
-                 f"along the line through {lower} and {top}")
-    extended = dataclasses.replace(price, seconds=price.seconds + extra)
-    return extended, {**where, "extended_from": lower, "extended_to": asked}
-
-
-def _near_batch(points: list, batch: int, value: float, span_of, phase: str,
-                what: str) -> tuple[int, float, list[str], tuple[float, float]]:
-    """(batch, value, notes, the value's measured range there): the batch clamped into the
-    points' batches and the value (a request's context, or the step's tokens) clamped into
-    what was measured at that batch or, between two measured batches, at both (else at the
-    nearer one). span_of(point) is
-    the (low, high) that point contributes."""
-    batches = sorted({p.batch for p in points})
-    notes = []
-    b = min(max(batch, batches[0]), batches[-1])
-    if b != batch:
-        notes.append(f"{phase} batch {batch} outside the measured {batches[0]}-"
-                     f"{batches[-1]}: at {b}")
-
-    def span(x: int) -> tuple[float, float]:
-        here = [span_of(p) for p in points if p.batch == x]
-        return min(s[0] for s in here), max(s[1] for s in here)
-
-    if b in batches:
-        lo, hi = span(b)
-    else:
-        b0 = max(x for x in batches if x < b)
-        b1 = min(x for x in batches if x > b)
-        (l0, h0), (l1, h1) = span(b0), span(b1)
-        lo, hi = max(l0, l1), min(h0, h1)
-        if lo > hi:
-            nearer = b0 if b - b0 <= b1 - b else b1
-            notes.append(f"{phase} batches {b0} and {b1} measured no common range of {what}: "
-                         f"at batch {nearer}")
-            b = nearer
-            lo, hi = span(b)
-    clamped = min(max(value, lo), hi)
-    if clamped != value:
-        notes.append(f"{value:g} {what} outside the {lo:g}-{hi:g} measured at {phase} batch "
-                     f"{b}: at {clamped:g}")
-    return b, clamped, notes, (lo, hi)

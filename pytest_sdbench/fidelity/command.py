@@ -40,7 +40,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--emulated", metavar="DIR",
                         help="with --served: no engine either; the same traffic served by "
                              "`sdbench emulate` (DIR) against the real server's runs, side by "
-                             "side (emulation.md, .json, .png)")
+                             "side (emulation.md, .json, .png); with PROFILE, AISimulate's "
+                             "prediction of each run beside them")
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, action="append", metavar="RPS",
                       help="Poisson arrivals at RPS requests a second; repeat for several runs "
@@ -143,7 +144,7 @@ def main(args) -> int:
             _err("sdbench fidelity: --emulated DIR needs --served DIR (the real server's runs "
                  "of the same traffic)")
             return EXIT_UNUSABLE
-        return _emulated(Path(args.served), Path(args.emulated), args)
+        return _emulated(Path(args.served), Path(args.emulated), args, modes)
     if args.served:
         if not args.profile or args.report:
             _err("sdbench fidelity: --served DIR needs PROFILE (the profile served), and no "
@@ -186,9 +187,10 @@ def _served(profile: Path, served: Path, args, modes) -> int:
     return EXIT_OK
 
 
-def _emulated(served: Path, emulated: Path, args) -> int:
+def _emulated(served: Path, emulated: Path, args, modes) -> int:
+    from ..run.profile import ProfileUnusable
     from ..wire.files import out_dir_problem
-    from .emulated_compare import compare_emulated, markdown, write
+    from .emulated_compare import compare_emulated, consumer_beside, markdown, write
     from .served_settings import ServedUnusable
     out = Path(args.out) if args.out else emulated
     try:
@@ -196,7 +198,11 @@ def _emulated(served: Path, emulated: Path, args) -> int:
         if problem:
             raise WorkloadError(f"--out: {problem}")
         report = compare_emulated(served, emulated)
-    except (ServedUnusable, WorkloadError, ValueError, OSError) as exc:
+        if args.profile:    # AISimulate's prediction of the same runs, beside
+            consumer_beside(report, Path(args.profile), args.consumer_python, out,
+                            args.system, modes, say=lambda line: _err(f"sdbench fidelity: "
+                                                                      f"{line}"))
+    except (ServedUnusable, ProfileUnusable, WorkloadError, ValueError, OSError) as exc:
         _err(f"sdbench fidelity: {exc}")
         return EXIT_UNUSABLE
     print(markdown(report), end="")

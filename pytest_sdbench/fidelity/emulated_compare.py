@@ -6,10 +6,16 @@ real server, and the real server's own noise (its second pass against its first)
 it. Each TTFT is split into its parts by vLLM's own request metrics (the engine's mean
 queue time, prefill time and TTFT; the rest of the client's mean TTFT is the API server's).
 
-Reads only the two folders: no engine, no server."""
+Beside it, where a consumer environment is given, AISimulate's prediction of each run
+(`aisimulate predict` on the profile's export: a rate's run as its requests arrived at the
+real server, a closed loop at its concurrency), its error against the real server in the
+terms served_compare uses for both sides (figures from the requests themselves).
+
+Reads only the two folders (and, for the consumer, the profile): no engine, no server."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections.abc import Callable
@@ -88,6 +94,76 @@ def compare_emulated(real: Path, emulated: Path) -> dict:
             "summary": _summary(rows)}
 
 
+# FIGURES' names as served_compare's keys (its figures of the requests, both sides)
+CONSUMER_KEYS = {"TTFT": "ttft_median_ms", "TPOT": "tpot_median_ms",
+                 "step gap": "step_gap_median_ms", "E2E": "e2e_median_ms"}
+
+
+def consumer_beside(report: dict, profile: Path, python: str | None, out: Path,
+                    system: str | None = None, modes: dict[str, str] | None = None,
+                    say: Callable[[str], None] = lambda line: None) -> None:
+    """report["consumer"] and each run's "consumer": AISimulate's figures and errors against
+    the real server's first pass (ConsumerNotRun: its reason, nothing else)."""
+    from ..aisimulate.fidelity import ConsumerNotRun, ConsumerRun, consumer_python, run_consumer
+    from ..run.profile import read_profile
+    from .served_steps import served_requests
+    from .served_compare import (
+        acceptance_length,
+        predicted_figures,
+        relative,
+        served_figures,
+        trace_requests,
+    )
+    try:
+        py = consumer_python(python)
+    except ConsumerNotRun as exc:
+        report["consumer"] = {"status": "not run", "reason": str(exc)}
+        say(f"AISimulate not run: {exc}")
+        return
+    artifact = read_profile(profile)
+    real = _runs(Path(report["real"]))
+    runs, asked = [], []
+    for row in report["runs"]:
+        result = real[(row["label"], 0)][1]
+        requests = served_requests(result)
+        closed = row["rate"] is None
+        planned = trace_requests(requests)
+        if closed:
+            planned = [dataclasses.replace(r, arrival_seconds=None) for r in planned]
+        al = acceptance_length(artifact, result)[0]
+        runs.append(ConsumerRun((), planned, row["concurrency"] if closed else None, al))
+        asked.append((row, requests, al))
+    try:
+        done = run_consumer(py, profile, artifact, runs, out / "consumer", system, modes or {})
+    except ConsumerNotRun as exc:
+        report["consumer"] = {"status": "not run", "reason": str(exc)}
+        say(f"AISimulate not run: {exc}")
+        return
+    report["consumer"] = {"status": "run", "python": py, "export": done.export,
+                          "version": done.result.get("consumer", {}).get("version")}
+    predictions = {p["run"]: p for p in done.result.get("predictions", [])}
+    for i, (row, requests, al) in enumerate(asked):
+        prediction = predictions.get(i)
+        if prediction is None or "error" in prediction:
+            row["consumer"] = {"error": (prediction or {}).get("error", "no prediction")}
+            continue
+        served, predicted = served_figures(requests), predicted_figures(prediction, al)
+        errors = relative(served, predicted)
+        row["consumer"] = {name: {"served": served.get(key), "predicted": predicted.get(key),
+                                  "error": errors.get(key)}
+                           for name, key in CONSUMER_KEYS.items()}
+    report["summary"]["consumer"] = {
+        name: _median_abs([r["consumer"][name]["error"] for r in report["runs"]
+                           if name in r.get("consumer", {})]) for name in CONSUMER_KEYS}
+
+
+def _median_abs(values: list[float | None]) -> dict:
+    found = [abs(v) for v in values if v is not None]
+    return {"runs": len(found), "median_abs_error": statistics.median(found) if found else None,
+            "max_abs_error": max(found) if found else None,
+            "within_goal_every": sum(v <= GOAL_EVERY for v in found)}
+
+
 def _summary(rows: list[dict]) -> dict:
     out = {}
     for name, _ in FIGURES:
@@ -150,7 +226,40 @@ def markdown(report: dict) -> str:
         lines.append(f"| {r['label']} | " + " | ".join(
             _ms(x[k]) for x in (p, q) for k in ("client", "frontend", "queued", "prefill"))
             + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _consumer_lines(report)) + "\n"
+
+
+def _consumer_lines(report: dict) -> list[str]:
+    consumer = report.get("consumer")
+    if consumer is None:
+        return []
+    if consumer["status"] != "run":
+        return ["", f"AISimulate beside it: not run ({consumer.get('reason')})"]
+    names = list(CONSUMER_KEYS)
+    lines = ["", f"AISimulate beside it (`aisimulate predict` {consumer.get('version') or ''} on "
+             "the profile's export; a rate's run as it arrived at the real server, a closed "
+             "loop at its concurrency): error = predicted/real - 1, both sides' figures from "
+             "the requests (served_compare's terms), beside the emulation's error:", "",
+             "| run | " + " | ".join(f"{n} emulated error | {n} AISimulate error"
+                                      for n in names) + " |",
+             "|---|" + "---|" * (2 * len(names))]
+    for r in report["runs"]:
+        mine = r.get("consumer", {})
+        cells = []
+        for n in names:
+            theirs = mine.get(n, {}).get("error") if isinstance(mine.get(n), dict) else None
+            cells += [_pct(r["figures"][n]["error"]), _pct(theirs)]
+        lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
+    s = report["summary"]
+    lines += ["", "| figure | emulated median abs(error) | AISimulate median abs(error) | "
+              f"emulated runs within {100 * GOAL_EVERY:.0f}% | AISimulate runs within "
+              f"{100 * GOAL_EVERY:.0f}% |", "|---|---|---|---|---|"]
+    for n in names:
+        c = s.get("consumer", {}).get(n, {})
+        lines.append(f"| {n} | {_pct(s[n]['median_abs_error'])} | "
+                     f"{_pct(c.get('median_abs_error'))} | {s[n]['within_goal_every']}/"
+                     f"{s[n]['runs']} | {c.get('within_goal_every', 0)}/{c.get('runs', 0)} |")
+    return lines
 
 
 def write(report: dict, out: Path, plots: bool = True,

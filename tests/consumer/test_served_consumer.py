@@ -115,3 +115,33 @@ def test_the_h200_served_runs_read_as_published(h200_report):
     assert round(100 * errors[4.0]["ttft_median_ms"], 1) == -28.1
     assert round(100 * errors[16.0]["tpot_median_ms"], 1) == 19.0
     assert round(100 * errors[16.0]["ttft_median_ms"], 1) == -20.8
+
+
+def test_aisimulate_is_run_beside_an_emulation_on_the_same_runs(h200_report, tmp_path):
+    """`sdbench fidelity PROFILE --served REAL --emulated EMU`: AISimulate predicts each real
+    run (here the H200 served runs, their own copy standing in for the emulated folder) and
+    its error is the served report's for the same run: one consumer, one set of terms."""
+    from pytest_sdbench.fidelity.emulated_compare import (
+        compare_emulated,
+        consumer_beside,
+    )
+    from pytest_sdbench.fidelity.emulated_compare import markdown as emulated_markdown
+    real = tmp_path / "real"
+    real.mkdir()
+    manifest = json.loads((SERVED_H200 / MANIFEST_FILE).read_text())
+    (real / MANIFEST_FILE).write_text(json.dumps(manifest))
+    for rate in (4, 16):
+        name = f"served-rate-{rate}.json"
+        (real / name).write_bytes(lzma.decompress((SERVED_H200 / f"{name}.xz").read_bytes()))
+    report = compare_emulated(real, real)
+    consumer_beside(report, SERVED_PROFILE, sys.executable, tmp_path / "out", say=print)
+    assert report["consumer"]["status"] == "run", report["consumer"]
+    served = {e["rate"]: e["relative_error"] for e in h200_report["rates"]}
+    for run in report["runs"]:
+        assert run["figures"]["TPOT"]["error"] == 0.0            # the same folder
+        mine = run["consumer"]
+        assert mine["TPOT"]["error"] == pytest.approx(served[run["rate"]]["tpot_median_ms"])
+        assert mine["TTFT"]["error"] == pytest.approx(served[run["rate"]]["ttft_median_ms"])
+    text = emulated_markdown(report)
+    assert "AISimulate beside it" in text
+    assert f"{100 * served[16.0]['tpot_median_ms']:+.1f}%" in text
