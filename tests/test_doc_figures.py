@@ -306,3 +306,31 @@ def test_the_layouts_floors_are_the_packages_imports():
         if (top := target.split(".")[1] if "." in target else "") in floors
         and top != source and floors[top] >= floors[source])
     assert not wrong, "; ".join(wrong)
+
+
+# ---- issue 54: the emulation on a GPU host against real `vllm serve` -----------------------
+EMULATED_ON_GPU = EVIDENCE / "h100" / "emulated-on-gpu"
+
+
+def test_the_emulation_figures_are_the_reports():
+    """The README's table is emulation.json's summary (host B's emulation against host A's
+    real server), rounded as printed; and its NVML claim is the CSVs': no compute process,
+    at most 4 MiB used, 0% utilization at every read."""
+    readme = (EMULATED_ON_GPU / "README.md").read_text()
+    summary = json.loads(_text(EMULATED_ON_GPU / "emulation.json.xz"))["summary"]
+    for name in ("TTFT", "TPOT", "step gap", "E2E"):
+        figure = summary[name]
+        row = (f"| {name} | {figure['runs']} | {100 * figure['median_abs_error']:.1f}% | "
+               f"{100 * figure['max_abs_error']:.1f}%")
+        assert row in readme, row
+        assert readme.split(row, 1)[1].split("\n", 1)[0].endswith(
+            f"| {figure['within_goal_every']} |")
+    assert summary["goal"] == {"TTFT": False, "TPOT": True}
+    apps = (EMULATED_ON_GPU / "compute-apps.csv").read_text().strip().splitlines()
+    assert apps == ["timestamp, pid, process_name, used_gpu_memory [MiB]"]
+    reads = (EMULATED_ON_GPU / "gpu-memory.csv").read_text().strip().splitlines()[1:]
+    assert len(reads) == 98
+    for line in reads:
+        _, used, util = (x.strip() for x in line.split(","))
+        assert int(used.split()[0]) <= 4, line
+        assert util == "0 %", line

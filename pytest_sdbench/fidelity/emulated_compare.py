@@ -106,7 +106,6 @@ def consumer_beside(report: dict, profile: Path, python: str | None, out: Path,
     the real server's first pass (ConsumerNotRun: its reason, nothing else)."""
     from ..aisimulate.fidelity import ConsumerNotRun, ConsumerRun, consumer_python, run_consumer
     from ..run.profile import read_profile
-    from .served_steps import served_requests
     from .served_compare import (
         acceptance_length,
         predicted_figures,
@@ -114,6 +113,7 @@ def consumer_beside(report: dict, profile: Path, python: str | None, out: Path,
         served_figures,
         trace_requests,
     )
+    from .served_steps import served_requests
     try:
         py = consumer_python(python)
     except ConsumerNotRun as exc:
