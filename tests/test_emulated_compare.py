@@ -79,3 +79,15 @@ def test_without_a_consumer_environment_aisimulate_is_said_not_run(tmp_path, cap
     report = json.loads((out / "emulation.json").read_text())
     assert report["consumer"]["status"] == "not run"
     assert report["runs"][0]["figures"]["TTFT"]["error"] == 11.0 / 10.0 - 1
+
+
+def test_a_profile_it_cannot_read_is_refused_in_one_line(tmp_path, capsys):
+    real = _folder(tmp_path, "real", [("rate-4", 0, 10.0, 1.0, 8.0)])
+    emu = _folder(tmp_path, "emu", [("rate-4", 0, 11.0, 1.0, 8.0)])
+    missing = tmp_path / "no-such-profile.json"
+    assert main(["fidelity", str(missing), "--served", str(real), "--emulated", str(emu),
+                 "--out", str(tmp_path / "out"), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "no-such-profile.json" in err[0]
+    assert not (tmp_path / "out" / "emulation.json").exists()

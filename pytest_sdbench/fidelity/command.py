@@ -188,7 +188,7 @@ def _served(profile: Path, served: Path, args, modes) -> int:
 
 
 def _emulated(served: Path, emulated: Path, args, modes) -> int:
-    from ..run.profile import ProfileUnusable
+    from ..run.profile import ProfileUnusable, read_profile
     from ..wire.files import out_dir_problem
     from .emulated_compare import compare_emulated, consumer_beside, markdown, write
     from .served_settings import ServedUnusable
@@ -197,6 +197,8 @@ def _emulated(served: Path, emulated: Path, args, modes) -> int:
         problem = out_dir_problem(out)
         if problem:
             raise WorkloadError(f"--out: {problem}")
+        if args.profile:    # refused before anything is compared, consumer or none
+            read_profile(Path(args.profile))
         report = compare_emulated(served, emulated)
         if args.profile:    # AISimulate's prediction of the same runs, beside
             consumer_beside(report, Path(args.profile), args.consumer_python, out,
