@@ -326,6 +326,9 @@ def test_the_emulation_figures_are_the_reports():
         assert readme.split(row, 1)[1].split("\n", 1)[0].endswith(
             f"| {figure['within_goal_every']} |")
     assert summary["goal"] == {"TTFT": False, "TPOT": True}
+    top = _flat((ROOT / "README.md").read_text())
+    assert (f"read TPOT {100 * summary['TPOT']['median_abs_error']:.1f}% and TTFT "
+            f"{100 * summary['TTFT']['median_abs_error']:.1f}% median abs error") in top
     apps = (EMULATED_ON_GPU / "compute-apps.csv").read_text().strip().splitlines()
     assert apps == ["timestamp, pid, process_name, used_gpu_memory [MiB]"]
     reads = (EMULATED_ON_GPU / "gpu-memory.csv").read_text().strip().splitlines()[1:]
