@@ -168,6 +168,32 @@ def test_status_other_than_complete_is_refused(capsys, tmp_path, cpu_artifact_da
             in out)
 
 
+def test_a_point_skipped_in_a_phase_no_export_takes_leaves_the_envelopes_whole(
+        capsys, tmp_path):
+    """A v7 agg profile partial only for a mixed point (the H100 qwen3-8b profile's
+    mixed[36]): prefill and decode, the phases exported, are complete, so it exports; the
+    manifest keeps the artifact's status and names the skipped point. A skipped decode point
+    is refused (test_status_other_than_complete_is_refused)."""
+    data = json.loads(CPU_V7.read_text())
+    index = 0
+    data["mixed"] = [o for o in data["mixed"] if o["point_index"] != index]
+    data["summaries"] = [s for s in data["summaries"]
+                         if (s["phase"], s["point_index"]) != ("mixed", index)]
+    cov = data["coverage"]
+    cov.update(completed=cov["expected"] - 1, skipped=1, skipped_points=[
+        {"phase": "mixed", "point_index": index, "reason": "admission split"}])
+    data["status"] = "partial"
+    out = tmp_path / "out"
+    code, text = export(capsys, [reseal(data, tmp_path)], out, *ENVELOPES)
+    assert code == 0, text
+    manifest = json.loads(next(out.rglob("import-manifest.json")).read_text())
+    assert manifest["artifact"]["status"] == "partial"
+    assert manifest["phases_not_exported"]["mixed"]["skipped"] == [
+        f"mixed[{index}]: admission split"]
+    assert any("skipped in the artifact: mixed[0]: admission split" in w
+               for w in manifest["warnings"])
+
+
 def test_draft_depth_outside_the_window_is_refused(capsys, tmp_path, cpu_artifact_data):
     data = cpu_artifact_data
     data["speculative"]["draft_depth"] = 6
@@ -318,7 +344,7 @@ def test_mixed_rows_stay_out_of_the_export_which_says_so(capsys, tmp_path):
     assert f"  warning: {warning}" in lines
     manifest = json.loads((root / MANIFEST_FILE).read_text())
     assert manifest["phases_not_exported"] == {
-        "mixed": {"points": 3, "rows": 9, "reason": NOT_EXPORTED}}
+        "mixed": {"points": 3, "rows": 9, "skipped": [], "reason": NOT_EXPORTED}}
     assert warning in manifest["warnings"]
     assert list(manifest["cells"]) == list(manifest["graph_modes"]) == ["prefill", "decode"]
     assert sorted(p.name for p in (root / "campaign" / "cells").iterdir()) == \

@@ -250,6 +250,14 @@ def _consumer_lines(report: dict) -> list[str]:
             theirs = mine.get(n, {}).get("error") if isinstance(mine.get(n), dict) else None
             cells += [_pct(r["figures"][n]["error"]), _pct(theirs)]
         lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
+    failed = [(r["label"], r["consumer"]["error"]) for r in report["runs"]
+              if "error" in r.get("consumer", {})]
+    if failed:   # the consumer's own refusal, once a distinct reason (its text, cut short)
+        reasons = dict.fromkeys(error.split("perf database error: ")[-1][:240]
+                                for _, error in failed)
+        lines += ["", f"AISimulate predicted no figures for {len(failed)} of "
+                  f"{len(report['runs'])} runs ({', '.join(label for label, _ in failed)}): "
+                  + " | ".join(reasons)]
     s = report["summary"]
     lines += ["", "| figure | emulated median abs(error) | AISimulate median abs(error) | "
               f"emulated runs within {100 * GOAL_EVERY:.0f}% | AISimulate runs within "

@@ -50,7 +50,15 @@ def check(artifact: Artifact, selected: Mapping[str, list[Selected]], options: E
 
 
 def _check_status(a: Artifact, reasons: list[str]) -> None:
+    """Complete envelopes only: every point of the phases exported was measured. Points
+    skipped in a phase no export takes (mixed) leave the exported envelopes whole; the
+    manifest names them (phases_not_exported)."""
     cov = a.coverage
+    exported = set(exported_phases(a))
+    elsewhere = [s for s in cov.skipped_points if s.phase not in exported]
+    if (elsewhere and len(elsewhere) == cov.skipped == len(cov.skipped_points)
+            and cov.completed + cov.skipped == cov.expected):
+        return
     if a.status != STATUS_COMPLETE or cov.skipped or cov.completed != cov.expected:
         skipped = "; ".join(f"{s.phase}[{s.point_index}]: {s.reason}" for s in cov.skipped_points)
         reasons.append(f"status: {a.status!r} (coverage {cov.completed}/{cov.expected}"

@@ -52,7 +52,9 @@ def build_manifest(a: Artifact, legacy, path: Path, artifact_sha: str, selected,
         "mode": "envelope_only" if deployment is None else "table",
         "artifact": {"path": str(path), "sha256": artifact_sha, "run_id": a.run_id,
                      "schema_version": a.schema_version, "legacy": legacy,
-                     "device": a.device, "integrity": {
+                     "device": a.device, "status": a.status,
+                     "coverage": f"{a.coverage.completed}/{a.coverage.expected}",
+                     "integrity": {
                          "grid_digest": a.integrity.grid_digest,
                          "identity_digest": a.integrity.identity_digest,
                          "kv_capacity_digest": a.integrity.kv_capacity_digest}},
@@ -106,7 +108,9 @@ def _row_record(phase: str, item: Selected) -> dict:
 def _warnings(a: Artifact, selected) -> list[str]:
     warnings = [f"{phase}: {n['rows']} rows of {n['points']} {phase} points not exported: "
                 f"{n['reason']}; they stay in the artifact, in no envelope, table or plan of "
-                "this export" for phase, n in phases_not_exported(a).items()]
+                "this export" + (f" (skipped in the artifact: {'; '.join(n['skipped'])})"
+                                 if n["skipped"] else "")
+                for phase, n in phases_not_exported(a).items()]
     if a.measurement_policy.warmup.rule in WARMUP_RULES_SINCE_V4:
         unsettled = [f"{phase}[{item.observation.point_index}]" for phase, chosen in
                      selected.items() for item in chosen if not item.observation.warmup_settled]

@@ -51,6 +51,8 @@ def phases_not_exported(a: Artifact) -> dict[str, dict]:
     its counts and why: the manifest and the output say so, never dropping them silently,
     and never writing them as prefill or decode rows."""
     return {phase: {"points": len(getattr(a.grid, phase)), "rows": len(getattr(a, phase)),
+                    "skipped": [f"{s.phase}[{s.point_index}]: {s.reason}"
+                                for s in a.coverage.skipped_points if s.phase == phase],
                     "reason": NOT_EXPORTED_REASON}
             for phase in PHASES if phase not in TWO_PHASES
             and (getattr(a.grid, phase) or getattr(a, phase))}
