@@ -21,8 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..fidelity.serve_command import add_traffic_args, options_of
-from ..wire.files import out_dir_problem
+from ..fidelity.serve_command import add_traffic_args, check_out_folder, options_of
 
 EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
 HELP = ("serve the profile as an emulated engine: `vllm serve` (its API server, tokenizer, "
@@ -52,7 +51,7 @@ def _traffic_given(args) -> bool:
 
 
 def main(args) -> int:
-    from ..fidelity.served import MANIFEST_FILE, ServingFailed
+    from ..fidelity.served import ServingFailed
     from ..fidelity.served_settings import ServedUnusable, check_options
     from ..run.inputs import check_vllm_installed
     from ..run.options import InputError
@@ -79,12 +78,7 @@ def main(args) -> int:
                                              output_len=1, port=options.port),
                           prepared.artifact)   # the port's checks
         if out is not None:
-            problem = out_dir_problem(out)
-            if problem:
-                raise InputError(f"--out: {problem}")
-            if (out / MANIFEST_FILE).exists():
-                raise InputError(f"--out: {out} already holds a served run ({MANIFEST_FILE}); "
-                                 "give another folder")
+            check_out_folder(out)
     except (InputError, EmulationRefused, ServedUnusable, ValueError) as exc:
         _err(f"{NAME}: {exc}")
         return EXIT_UNUSABLE

@@ -197,11 +197,11 @@ def _emulated(served: Path, emulated: Path, args, modes) -> int:
         problem = out_dir_problem(out)
         if problem:
             raise WorkloadError(f"--out: {problem}")
-        if args.profile:    # refused before anything is compared, consumer or none
-            read_profile(Path(args.profile))
+        # a PROFILE is refused before anything is compared, consumer or none
+        artifact = read_profile(Path(args.profile)) if args.profile else None
         report = compare_emulated(served, emulated)
-        if args.profile:    # AISimulate's prediction of the same runs, beside
-            consumer_beside(report, Path(args.profile), args.consumer_python, out,
+        if artifact is not None:    # AISimulate's prediction of the same runs, beside
+            consumer_beside(report, Path(args.profile), artifact, args.consumer_python, out,
                             args.system, modes, say=lambda line: _err(f"sdbench fidelity: "
                                                                       f"{line}"))
     except (ServedUnusable, ProfileUnusable, WorkloadError, ValueError, OSError) as exc:

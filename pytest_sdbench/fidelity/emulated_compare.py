@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..wire.files import atomic_write_text
+from ..wire.model import Artifact
 from .served import read_manifest
 from .served_settings import ServedUnusable
 
@@ -99,28 +100,28 @@ CONSUMER_KEYS = {"TTFT": "ttft_median_ms", "TPOT": "tpot_median_ms",
                  "step gap": "step_gap_median_ms", "E2E": "e2e_median_ms"}
 
 
-def consumer_beside(report: dict, profile: Path, python: str | None, out: Path,
-                    system: str | None = None, modes: dict[str, str] | None = None,
+def consumer_beside(report: dict, profile: Path, artifact: Artifact, python: str | None,
+                    out: Path, system: str | None = None,
+                    modes: dict[str, str] | None = None,
                     say: Callable[[str], None] = lambda line: None) -> None:
     """report["consumer"] and each run's "consumer": AISimulate's figures and errors against
     the real server's first pass (ConsumerNotRun: its reason, nothing else)."""
-    from ..aisimulate.fidelity import ConsumerNotRun, ConsumerRun, consumer_python, run_consumer
-    from ..run.profile import read_profile
+    from ..aisimulate.fidelity import ConsumerNotRun, ConsumerRun, consumer_python
     from .served_compare import (
         acceptance_length,
+        consumer_predictions,
         predicted_figures,
         relative,
         served_figures,
         trace_requests,
     )
     from .served_steps import served_requests
-    try:
-        py = consumer_python(python)
+    try:    # before the real runs' requests are read: without a consumer none are needed
+        consumer_python(python)
     except ConsumerNotRun as exc:
         report["consumer"] = {"status": "not run", "reason": str(exc)}
         say(f"AISimulate not run: {exc}")
         return
-    artifact = read_profile(profile)
     real = _runs(Path(report["real"]))
     runs, asked = [], []
     for row in report["runs"]:
@@ -133,15 +134,10 @@ def consumer_beside(report: dict, profile: Path, python: str | None, out: Path,
         al = acceptance_length(artifact, result)[0]
         runs.append(ConsumerRun((), planned, row["concurrency"] if closed else None, al))
         asked.append((row, requests, al))
-    try:
-        done = run_consumer(py, profile, artifact, runs, out / "consumer", system, modes or {})
-    except ConsumerNotRun as exc:
-        report["consumer"] = {"status": "not run", "reason": str(exc)}
-        say(f"AISimulate not run: {exc}")
+    report["consumer"], predictions = consumer_predictions(
+        python, profile, artifact, runs, out / "consumer", system, modes, say)
+    if report["consumer"]["status"] != "run":
         return
-    report["consumer"] = {"status": "run", "python": py, "export": done.export,
-                          "version": done.result.get("consumer", {}).get("version")}
-    predictions = {p["run"]: p for p in done.result.get("predictions", [])}
     for i, (row, requests, al) in enumerate(asked):
         prediction = predictions.get(i)
         if prediction is None or "error" in prediction:

@@ -72,6 +72,19 @@ def options_of(args):
                          port=args.port, cases=tuple(args.case), passes=args.passes)
 
 
+def check_out_folder(out: Path) -> None:
+    """InputError unless `out` can take a served run's files (`sdbench serve`'s and
+    `sdbench emulate`'s): writable, and no served run in it already."""
+    from ..run.options import InputError
+    from .served import MANIFEST_FILE
+    problem = out_dir_problem(out)
+    if problem:
+        raise InputError(f"--out: {problem}")
+    if (out / MANIFEST_FILE).exists():
+        raise InputError(f"--out: {out} already holds a served run ({MANIFEST_FILE}); "
+                         "give another folder")
+
+
 def main(args) -> int:
     from ..engine.vram import cuda_available
     from ..run.inputs import check_vllm_installed
@@ -90,12 +103,7 @@ def main(args) -> int:
         check_device(artifact, cuda_available())
         check_options(options, artifact)
         resolved = server_kwargs(artifact)
-        problem = out_dir_problem(out)
-        if problem:
-            raise InputError(f"--out: {problem}")
-        if (out / MANIFEST_FILE).exists():
-            raise InputError(f"--out: {out} already holds a served run ({MANIFEST_FILE}); "
-                             "give another folder")
+        check_out_folder(out)
     except (InputError, ProfileUnusable, ServedUnusable, ValueError) as exc:
         _err(f"sdbench serve: {exc}")
         return EXIT_UNUSABLE

@@ -122,12 +122,32 @@ def acceptance_length(artifact: Artifact, result: dict) -> tuple[float, str]:
     return 1.0, "1 (no acceptance length known)"
 
 
+def consumer_predictions(python: str | None, profile_path: Path, artifact: Artifact,
+                         runs: list, folder: Path, system: str | None = None,
+                         modes: dict[str, str] | None = None,
+                         say: Callable[[str], None] = lambda line: None
+                         ) -> tuple[dict, dict[int, dict]]:
+    """`aisimulate predict` of the runs (aisimulate.fidelity.ConsumerRun): how the consumer
+    ran ({"status": "run", ...} or "not run" and why) and its prediction of each run, by
+    index."""
+    from ..aisimulate.fidelity import ConsumerNotRun, consumer_python, run_consumer
+    try:
+        py = consumer_python(python)
+        done = run_consumer(py, profile_path, artifact, runs, folder, system, modes or {})
+    except ConsumerNotRun as exc:
+        say(f"AISimulate not run: {exc}")
+        return {"status": "not run", "reason": str(exc)}, {}
+    return ({"status": "run", "python": py, "export": done.export,
+             "version": done.result.get("consumer", {}).get("version")},
+            {p["run"]: p for p in done.result.get("predictions", [])})
+
+
 def compare(profile_path: Path, artifact: Artifact, served: Path, out: Path,
             python: str | None, system: str | None = None,
             modes: dict[str, str] | None = None,
             say: Callable[[str], None] = lambda line: None) -> dict:
     """The report of every served run against the consumer's prediction of its trace."""
-    from ..aisimulate.fidelity import ConsumerNotRun, ConsumerRun, consumer_python, run_consumer
+    from ..aisimulate.fidelity import ConsumerRun
     manifest = read_manifest(served)
     results = served_results(served, manifest)
     runs: list[dict[str, Any]] = []
@@ -139,19 +159,10 @@ def compare(profile_path: Path, artifact: Artifact, served: Path, out: Path,
         al, al_source = acceptance_length(artifact, result)
         runs.append({"rate": rate, "requests": requests, "arrived": trace_requests(requests),
                      "al": al, "al_source": al_source, "result": result})
-    consumer: dict = {"status": "not run"}
-    predictions: dict[int, dict] = {}
-    try:
-        py = consumer_python(python)
-        done = run_consumer(py, profile_path, artifact,
-                            [ConsumerRun((), r["arrived"], None, r["al"]) for r in runs],
-                            out / "consumer", system, modes or {})
-        consumer = {"status": "run", "python": py, "export": done.export,
-                    "version": done.result.get("consumer", {}).get("version")}
-        predictions = {p["run"]: p for p in done.result.get("predictions", [])}
-    except ConsumerNotRun as exc:
-        consumer["reason"] = str(exc)
-        say(f"AISimulate not run: {exc}")
+    consumer, predictions = consumer_predictions(
+        python, profile_path, artifact,
+        [ConsumerRun((), r["arrived"], None, r["al"]) for r in runs], out / "consumer",
+        system, modes, say)
     per_rate = []
     for i, run in enumerate(runs):
         served_f = served_figures(run["requests"])

@@ -134,7 +134,8 @@ def test_aisimulate_is_run_beside_an_emulation_on_the_same_runs(h200_report, tmp
         name = f"served-rate-{rate}.json"
         (real / name).write_bytes(lzma.decompress((SERVED_H200 / f"{name}.xz").read_bytes()))
     report = compare_emulated(real, real)
-    consumer_beside(report, SERVED_PROFILE, sys.executable, tmp_path / "out", say=print)
+    consumer_beside(report, SERVED_PROFILE, read_profile(SERVED_PROFILE), sys.executable,
+                    tmp_path / "out", say=print)
     assert report["consumer"]["status"] == "run", report["consumer"]
     served = {e["rate"]: e["relative_error"] for e in h200_report["rates"]}
     for run in report["runs"]:
