@@ -327,3 +327,52 @@ def test_the_server_is_stopped_with_its_whole_process_group(tmp_path):
     assert server.group_left is False
     assert group_gone(server.process.pid, timeout=0)
     assert "child up" in (tmp_path / "server.log").read_text()
+
+
+class _FlatPrices:
+    """A profile's prices, flat: a decode step 1.0 at batch 2 and 1.2 at batch 3, a mixed
+    step 3.0 (served_windows asks nothing else of the interpolator)."""
+    draft_depth = 3
+
+    def mixed_mode(self, tokens):
+        return "eager"
+
+    def price_mixed(self, batch, prompts, tokens, mode, decode_kv_tokens=0):
+        from pytest_sdbench.fidelity.predict_phases import Priced
+        return Priced(3.0)
+
+    def price_decode(self, batch, kv_tokens, mode):
+        from pytest_sdbench.fidelity.predict_phases import Priced
+        return Priced({2: 1.0, 3: 1.2}.get(batch))
+
+
+def _released_late(extra: tuple = ()) -> list:
+    """A and B decode from 1 s on, a step a second; Q, sent at 6, is prefilled in a 3 s
+    step after the one that ends at 5. As vLLM releases a step's output after launching the
+    next (a prefill's launch about as long as the step), the decode step's chunks come 2.5 s
+    late (at 7.5) and the prefill's 0.5 s after them (at 8, Q's first chunk); then A, B and
+    Q decode at 1.2 s a step."""
+    decoding = ServedRequest(0.0, 100, 20, 1.0, (1.0, 1.0, 1.0, 3.5, 0.5, 1.2, 1.2, 1.2))
+    return [decoding, decoding, ServedRequest(6.0, 64, 4, 2.0, (1.2, 1.2, 1.2)), *extra]
+
+
+def test_a_window_of_steps_holds_the_time_a_late_hand_off_moves_between_gaps():
+    """The long gap closes one chunk before Q's first (lag 1) and is 3.5 s against the
+    mixed step's 3.0; the window of four gaps (3, 3.5, 0.5 and 1.2 s after chunk 2) is the
+    steps' 1 + 3 + 1 + 1.2 exactly: its error is 0, the gap alone's -1/7."""
+    from pytest_sdbench.fidelity.served_windows import WINDOW_GAPS, mixed_windows
+    found, left_out = mixed_windows(_FlatPrices(), "full", _released_late())
+    assert WINDOW_GAPS == 4
+    assert left_out == {}
+    assert [(w.seconds, w.price, w.mixed_seconds, w.mixed_price) for w in found] == \
+        [(pytest.approx(6.2), pytest.approx(6.2), pytest.approx(3.5), 3.0)]
+
+
+def test_a_window_another_prefill_overlaps_is_left_out_and_counted():
+    """R, sent at 8.5 and first served at 9, overlaps Q's window; Q's overlaps R's: both
+    are left out, named, and nothing is priced."""
+    from pytest_sdbench.fidelity.served_windows import mixed_windows
+    late = ServedRequest(8.5, 64, 2, 0.5, (1.2,))
+    found, left_out = mixed_windows(_FlatPrices(), "full", _released_late((late,)))
+    assert found == []
+    assert left_out == {"another prefill overlaps it": 2}

@@ -15,5 +15,5 @@ latencies beside `aisimulate predict`'s, in one report folder.
 
 `sdbench serve` (vLLM's own server and client): serve_command.py (the CLI), served.py (the
 run), served_settings.py (options, flags, command lines); `sdbench fidelity --served`:
-served_compare.py, served_steps.py. `sdbench crosscheck`: crosscheck.py.
+served_compare.py, served_steps.py, served_windows.py. `sdbench crosscheck`: crosscheck.py.
 """

@@ -37,6 +37,7 @@ from .predict_mixed import BASIS_ROWS, BASIS_RULE
 from .report import percentile
 from .served import read_manifest, served_results
 from .served_steps import ServedRequest, price_served_steps, served_requests
+from .served_windows import price_mixed_windows
 from .workload import PlannedRequest
 
 REPORT_KIND, REPORT_VERSION = "pytest-sdbench/served-fidelity", 1
@@ -174,6 +175,9 @@ def compare(profile_path: Path, artifact: Artifact, served: Path, out: Path,
             "served": served_f, "trace": f"consumer/run{i}-trace.jsonl"
             if consumer["status"] == "run" else None}
         entry["profile_steps"] = price_served_steps(artifact, run["requests"])
+        if entry["profile_steps"]["mixed"]["gaps"]:
+            entry["profile_steps"]["mixed_windows"] = price_mixed_windows(artifact,
+                                                                          run["requests"])
         prediction = predictions.get(i)
         if prediction is not None and "error" not in prediction:
             predicted = predicted_figures(prediction, run["al"])
@@ -287,6 +291,7 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
                      f"{'; ' + unpriced + ' unpriced' if unpriced else ''}"
                      f"; prefill lag {lag['lag_chunks']} chunk(s) (median gap by lag: "
                      f"{by_lag}) | | | | |")
+    lines += _window_lines(entries)
     lines += ["", "Each request's TTFT in parts by the client's clock (served_steps.ttft_parts; "
               "medians over the requests whose prefill step shows in another's gaps):", ""]
     for entry in entries:
@@ -301,6 +306,27 @@ def _mixed_lines(entries: list[dict]) -> list[str]:
                          f"later, and the output path); {parts['requests']} requests, "
                          f"{parts['unread']} whose prefill step shows in no other's gaps")
     return lines
+
+
+def _window_lines(entries: list[dict]) -> list[str]:
+    """The same prefills priced over a window of steps (served_windows.WINDOW_RULE), beside
+    their mixed gap alone: what the engine's hand-off of each step's output moves between
+    gaps, and what the prices themselves miss."""
+    lines = ["", "The same prefills over a window of steps (served_windows.WINDOW_RULE: "
+             "the mixed step and its neighbours together, so that when vLLM hands a step's "
+             "output on, after launching the next, moves no time out of what is compared):",
+             ""]
+    for entry in entries:
+        windows = entry["profile_steps"].get("mixed_windows")
+        if not windows or not windows["overall"]:
+            continue
+        left = ", ".join(f"{n} {why}" for why, n in sorted(windows["left_out"].items()))
+        whole, alone = windows["overall"], windows["mixed_gap_alone"]
+        lines.append(f"- rate {entry['rate']:g}: {windows['windows']} windows"
+                     f"{' (left out: ' + left + ')' if left else ''}: median abs(e) "
+                     f"{whole['median_abs_error']:.1%}, bias {whole['bias']:+.1%}; their mixed "
+                     f"gap alone {alone['median_abs_error']:.1%}, bias {alone['bias']:+.1%}")
+    return lines if len(lines) > 3 else []
 
 
 def mixed_pricing(mixed: dict) -> str:

@@ -100,7 +100,7 @@ class MixedGap:
     kv_tokens: int = 0    # the decoding requests' prompts and delivered tokens, together
 
 
-def _chunk_times(r: ServedRequest) -> list[float]:
+def chunk_times(r: ServedRequest) -> list[float]:
     times = [r.start + r.ttft]
     for itl in r.itls:
         times.append(times[-1] + itl)
@@ -124,25 +124,25 @@ class _PrefillWindows:
 
 def decode_gaps(requests: Sequence[ServedRequest]) -> tuple[list[ServedGap], int]:
     """The decode-only gaps of a served run, and how many gaps were left out as mixed."""
-    chunks = [_chunk_times(r) for r in requests]
+    chunks = [chunk_times(r) for r in requests]
     windows = _PrefillWindows(requests)
-    per_chunk = _tokens_per_chunk(requests)
+    per_chunk = tokens_per_chunk(requests)
     gaps, mixed = [], 0
     for times in chunks:
         for lo, hi in itertools.pairwise(times):
             if windows.overlap(lo, hi):
                 mixed += 1
                 continue
-            batch, kv = _decoding(requests, chunks, per_chunk, (lo + hi) / 2, frozenset())
+            batch, kv = decoding_at(requests, chunks, per_chunk, (lo + hi) / 2, frozenset())
             gaps.append(ServedGap(hi - lo, batch, kv))
     return gaps, mixed
 
 
-def _tokens_per_chunk(requests: Sequence[ServedRequest]) -> list[float]:
+def tokens_per_chunk(requests: Sequence[ServedRequest]) -> list[float]:
     return [(r.output_tokens - 1) / len(r.itls) if r.itls else 0.0 for r in requests]
 
 
-def _decoding(requests: Sequence[ServedRequest], chunks: Sequence[list[float]],
+def decoding_at(requests: Sequence[ServedRequest], chunks: Sequence[list[float]],
               per_chunk: Sequence[float], mid: float,
               leave_out: frozenset[int]) -> tuple[int, int]:
     """The requests between their first and last chunk at `mid`, less `leave_out`, and the
@@ -160,7 +160,7 @@ def _decoding(requests: Sequence[ServedRequest], chunks: Sequence[list[float]],
 LAGS = (0, 1, 2)   # chunks between a prefill step's close and its request's first chunk
 
 
-def _nearest_chunks(chunks: Sequence[list[float]]) -> list[tuple[int, int, int]]:
+def nearest_chunks(chunks: Sequence[list[float]]) -> list[tuple[int, int, int]]:
     """(q, r, j): request q's first chunk lies nearest r's chunk j (a tie to the later), for
     every r decoding when q's first chunk came, but where that is r's first chunk (j = 0:
     it closes no gap)."""
@@ -197,10 +197,10 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
     """The gaps a prefill window overlaps that are mixed steps (a request's prefill ended in
     them), how many such gaps held none (left out), and the prefill lag read from the run
     (prefill_lag: the lag, and the median gap in ms by lag)."""
-    chunks = [_chunk_times(r) for r in requests]
-    per_chunk = _tokens_per_chunk(requests)
+    chunks = [chunk_times(r) for r in requests]
+    per_chunk = tokens_per_chunk(requests)
     windows = _PrefillWindows(requests)
-    nearest = _nearest_chunks(chunks)
+    nearest = nearest_chunks(chunks)
     lag, medians = prefill_lag(chunks, nearest)
     ended: dict[tuple[int, int], list[int]] = {}   # (request, closing chunk): prefilled ones
     for q, r, j in nearest:
@@ -216,7 +216,7 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
             if not prefilled:
                 waiting += 1
                 continue
-            decoding, kv = _decoding(requests, chunks, per_chunk, (lo + hi) / 2,
+            decoding, kv = decoding_at(requests, chunks, per_chunk, (lo + hi) / 2,
                                      frozenset(prefilled))
             gaps.append(MixedGap(hi - lo, decoding,
                                  tuple(requests[q].input_tokens for q in prefilled), kv))
@@ -230,8 +230,8 @@ def ttft_parts(requests: Sequence[ServedRequest]) -> dict:
     scheduler's admission), the step itself (what a profile row prices), and from the
     step's end to its first chunk (the lag's steps and the output path). Medians in ms; the
     requests whose prefill step shows in no other request's gaps are counted (unread)."""
-    chunks = [_chunk_times(r) for r in requests]
-    nearest = _nearest_chunks(chunks)
+    chunks = [chunk_times(r) for r in requests]
+    nearest = nearest_chunks(chunks)
     lag, _ = prefill_lag(chunks, nearest)
     parts: dict[int, tuple[float, float, float]] = {}
     for q, r, j in nearest:
@@ -255,7 +255,7 @@ def decode_mode(artifact: Artifact) -> str:
     return max(set(modes), key=modes.count)
 
 
-def _summary(rows: list[tuple[float, float]]) -> dict:
+def error_summary(rows: list[tuple[float, float]]) -> dict:
     errors = [p / s - 1 for s, p in rows]
     return {"gaps": len(rows),
             "served_median_ms": 1e3 * statistics.median(s for s, _ in rows),
@@ -280,8 +280,9 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
     every = [row for rows in priced.values() for row in rows]
     return {"rule": RULE, "graph_mode": mode, "phase": PHASE_DECODE,
             "gaps": len(gaps) + mixed, "mixed_left_out": mixed, "unpriced": unpriced,
-            "overall": _summary(every) if every else None,
-            "by_batch": {bucket_label(b): _summary(rows) for b, rows in sorted(priced.items())},
+            "overall": error_summary(every) if every else None,
+            "by_batch": {bucket_label(b): error_summary(rows)
+                         for b, rows in sorted(priced.items())},
             "mixed": _price_mixed(interpolator, requests), "ttft_parts": ttft_parts(requests)}
 
 
@@ -322,5 +323,6 @@ def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) 
             "priced_by_rule": counted[BASIS_RULE], "unpriced": unpriced,
             "unpriced_examples": examples,
             "steps_about": {k: round(v, 1) for k, v in steps.items()},
-            "overall": _summary(every) if every else None,
-            "by_batch": {bucket_label(b): _summary(rows) for b, rows in sorted(priced.items())}}
+            "overall": error_summary(every) if every else None,
+            "by_batch": {bucket_label(b): error_summary(rows)
+                         for b, rows in sorted(priced.items())}}
