@@ -1,0 +1,38 @@
+"""A request's first chunks, real against emulated: the median TTFT, first gap (first to
+second chunk) and the later gaps of every run two served folders share (`sdbench serve` and
+`sdbench emulate` of the same traffic). Where the real engine hands a step's output on only
+after launching the next step (vLLM's batch queue; the launch on the engine's own thread),
+its TTFT runs longer and its first gap shorter than the emulated engine's, whose launches
+take no time: the two together agree.
+  python scripts/first-chunks.py REAL_DIR EMULATED_DIR"""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def medians(result: dict) -> tuple[float, float, float]:
+    """TTFT, the first gap and the later gaps, medians in ms."""
+    ttft = [1e3 * t for t in result["ttfts"] if t]
+    first = [1e3 * gaps[0] for gaps in result["itls"] if gaps]
+    later = [1e3 * g for gaps in result["itls"] for g in gaps[1:]]
+    return tuple(statistics.median(x) if x else float("nan") for x in (ttft, first, later))
+
+
+def main(real: str, emulated: str) -> None:
+    print("| run | TTFT real | TTFT emulated | first gap real | first gap emulated "
+          "| TTFT + first gap, real | emulated | later gaps real | emulated |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for path in sorted(Path(real).glob("served-*.json")):
+        other = Path(emulated) / path.name
+        if path.name == "served-manifest.json" or not other.exists():
+            continue
+        r = medians(json.loads(path.read_text()))
+        e = medians(json.loads(other.read_text()))
+        print(f"| {path.stem.removeprefix('served-')} | {r[0]:.2f} | {e[0]:.2f} | {r[1]:.2f} "
+              f"| {e[1]:.2f} | {r[0] + r[1]:.2f} | {e[0] + e[1]:.2f} | {r[2]:.2f} | {e[2]:.2f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
