@@ -1,9 +1,7 @@
 """A request's first chunks, real against emulated: the median TTFT, first gap (first to
-second chunk) and the later gaps of every run two served folders share (`sdbench serve` and
-`sdbench emulate` of the same traffic). Where the real engine hands a step's output on only
-after launching the next step (vLLM's batch queue; the launch on the engine's own thread),
-its TTFT runs longer and its first gap shorter than the emulated engine's, whose launches
-take no time: the two together agree.
+second chunk) and later gaps of every run two served folders share (`sdbench serve` and
+`sdbench emulate` of the same traffic), to see where the real engine's hand-off of a step's
+output (fidelity/served_windows.py) moves time between a TTFT and the gaps after it.
   python scripts/first-chunks.py REAL_DIR EMULATED_DIR"""
 
 import json
@@ -12,7 +10,7 @@ import sys
 from pathlib import Path
 
 
-def medians(result: dict) -> tuple[float, float, float]:
+def medians(result: dict) -> tuple[float, ...]:
     """TTFT, the first gap and the later gaps, medians in ms."""
     ttft = [1e3 * t for t in result["ttfts"] if t]
     first = [1e3 * gaps[0] for gaps in result["itls"] if gaps]

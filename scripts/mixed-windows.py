@@ -14,20 +14,26 @@ from pathlib import Path
 from pytest_sdbench.fidelity.served_steps import price_served_steps, served_requests
 from pytest_sdbench.fidelity.served_windows import price_mixed_windows
 from pytest_sdbench.run.profile import read_profile
+from pytest_sdbench.wire.model import Artifact
 
 SPREAD = 0.25   # slowest / fastest repeat - 1
 
 
-def fastest_repeats(artifact):
-    """The artifact with each mixed point's fastest repeat only."""
-    by_point = defaultdict(list)
+def repeats_by_point(artifact: Artifact) -> dict[int, list]:
+    by_point: dict[int, list] = defaultdict(list)
     for o in artifact.mixed:
         by_point[o.point_index].append(o)
-    kept = tuple(min(os, key=lambda o: o.timing.seconds) for os in by_point.values())
+    return by_point
+
+
+def fastest_repeats(artifact: Artifact) -> Artifact:
+    """The artifact with each mixed point's fastest repeat only."""
+    kept = tuple(min(os, key=lambda o: o.timing.seconds)
+                 for os in repeats_by_point(artifact).values())
     return dataclasses.replace(artifact, mixed=kept)
 
 
-def figure(summary) -> str:
+def figure(summary: dict | None) -> str:
     return (f"{summary['median_abs_error']:.1%} ({summary['bias']:+.1%})" if summary
             else "-")
 
@@ -46,11 +52,8 @@ def main(profile: str, results: list[str]) -> None:
         print(f"| {path} | {gaps['gaps']} | {figure(gaps['overall'])} | {windows['windows']} "
               f"| {figure(windows['overall'])} | {figure(windows['mixed_gap_alone'])} "
               f"| {figure(again['overall'])} |")
-    by_point = defaultdict(list)
-    for o in artifact.mixed:
-        by_point[o.point_index].append(o)
     print(f"\nmixed points whose repeats spread more than {SPREAD:.0%} (ms):")
-    for index, os in sorted(by_point.items()):
+    for index, os in sorted(repeats_by_point(artifact).items()):
         ms = sorted(1e3 * o.timing.seconds for o in os)
         if ms[-1] / ms[0] - 1 > SPREAD:
             p = os[0].point

@@ -347,19 +347,19 @@ class _FlatPrices:
 
 
 def _released_late(extra: tuple = ()) -> list:
-    """A and B decode from 1 s on, a step a second; Q, sent at 6, is prefilled in a 3 s
-    step after the one that ends at 5. As vLLM releases a step's output after launching the
-    next (a prefill's launch about as long as the step), the decode step's chunks come 2.5 s
-    late (at 7.5) and the prefill's 0.5 s after them (at 8, Q's first chunk); then A, B and
-    Q decode at 1.2 s a step."""
+    """A and B decode from 1 s on, a step a second on the device (steps ending at 2 to 5);
+    Q, sent at 4.5, is prefilled in a 3 s step from 5 to 8. As vLLM hands a step's output on
+    after launching the next (a prefill's launch about as long as the step), the chunks of
+    the step that ended at 5 come at 7.5, and the prefill's 0.5 s after them (at 8, Q's first
+    chunk); then A, B and Q decode at 1.2 s a step."""
     decoding = ServedRequest(0.0, 100, 20, 1.0, (1.0, 1.0, 1.0, 3.5, 0.5, 1.2, 1.2, 1.2))
-    return [decoding, decoding, ServedRequest(6.0, 64, 4, 2.0, (1.2, 1.2, 1.2)), *extra]
+    return [decoding, decoding, ServedRequest(4.5, 64, 4, 3.5, (1.2, 1.2, 1.2)), *extra]
 
 
 def test_a_window_of_steps_holds_the_time_a_late_hand_off_moves_between_gaps():
     """The long gap closes one chunk before Q's first (lag 1) and is 3.5 s against the
-    mixed step's 3.0; the window of four gaps (3, 3.5, 0.5 and 1.2 s after chunk 2) is the
-    steps' 1 + 3 + 1 + 1.2 exactly: its error is 0, the gap alone's -1/7."""
+    mixed step's 3.0; the window of four gaps (1, 3.5, 0.5 and 1.2 s, from chunk 2 on) is
+    the steps' 1 + 3 + 1 + 1.2 exactly: its error is 0, the gap alone's -1/7."""
     from pytest_sdbench.fidelity.served_windows import WINDOW_GAPS, mixed_windows
     found, left_out = mixed_windows(_FlatPrices(), "full", _released_late())
     assert WINDOW_GAPS == 4
@@ -368,11 +368,42 @@ def test_a_window_of_steps_holds_the_time_a_late_hand_off_moves_between_gaps():
         [(pytest.approx(6.2), pytest.approx(6.2), pytest.approx(3.5), 3.0)]
 
 
+def test_a_window_at_lag_0_prices_the_gap_that_closed_on_the_prompts_first_chunk():
+    """The emulated server's order: the prefill's 3 s gap closes on Q's first chunk (lag 0);
+    the window (1, 1, 3 and 1.2 s) and the gap alone are both priced exactly."""
+    from pytest_sdbench.fidelity.served_steps import mixed_gaps
+    from pytest_sdbench.fidelity.served_windows import mixed_windows
+    decoding = ServedRequest(0.0, 100, 20, 1.0, (1.0, 1.0, 1.0, 1.0, 3.0, 1.2, 1.2, 1.2))
+    served = [decoding, decoding, ServedRequest(4.5, 64, 4, 3.5, (1.2, 1.2, 1.2))]
+    assert mixed_gaps(served)[2]["lag_chunks"] == 0
+    found, left_out = mixed_windows(_FlatPrices(), "full", served)
+    assert left_out == {}
+    assert [(w.seconds, w.price, w.mixed_seconds, w.mixed_price) for w in found] == \
+        [(pytest.approx(6.2), pytest.approx(6.2), pytest.approx(3.0), 3.0)]
+
+
 def test_a_window_another_prefill_overlaps_is_left_out_and_counted():
-    """R, sent at 8.5 and first served at 9, overlaps Q's window; Q's overlaps R's: both
-    are left out, named, and nothing is priced."""
+    """R, sent at 8.5 and first served at 9, overlaps Q's window and Q's prefill overlaps
+    R's: both are left out, named, and nothing is priced."""
     from pytest_sdbench.fidelity.served_windows import mixed_windows
     late = ServedRequest(8.5, 64, 2, 0.5, (1.2,))
     found, left_out = mixed_windows(_FlatPrices(), "full", _released_late((late,)))
     assert found == []
     assert left_out == {"another prefill overlaps it": 2}
+
+
+def test_the_report_gives_each_rates_windows_and_says_why_a_rate_has_none():
+    from pytest_sdbench.fidelity.served_compare import _window_lines
+    figure = {"median_abs_error": 0.028, "bias": 0.006}
+    priced = {"windows": 22, "left_out": {"another prefill overlaps it": 169},
+              "overall": figure, "mixed_gap_alone": {"median_abs_error": 0.239, "bias": 0.02}}
+    none = {"windows": 0, "left_out": {"another prefill overlaps it": 3}, "overall": None,
+            "mixed_gap_alone": None}
+    lines = _window_lines([{"rate": 16.0, "profile_steps": {"mixed_windows": priced}},
+                           {"rate": 32.0, "profile_steps": {"mixed_windows": none}},
+                           {"rate": 4.0, "profile_steps": {}}])
+    assert lines[3:] == [
+        "- rate 16: 22 windows (left out: 169 another prefill overlaps it): median abs(e) "
+        "2.8%, bias +0.6%; their mixed gap alone 23.9%, bias +2.0%",
+        "- rate 32: 0 windows (left out: 3 another prefill overlaps it)"]
+    assert _window_lines([{"rate": 4.0, "profile_steps": {}}]) == []

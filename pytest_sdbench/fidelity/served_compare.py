@@ -312,21 +312,25 @@ def _window_lines(entries: list[dict]) -> list[str]:
     """The same prefills priced over a window of steps (served_windows.WINDOW_RULE), beside
     their mixed gap alone: what the engine's hand-off of each step's output moves between
     gaps, and what the prices themselves miss."""
+    rates = [(e["rate"], e["profile_steps"]["mixed_windows"]) for e in entries
+             if e["profile_steps"].get("mixed_windows")]
+    if not rates:
+        return []
     lines = ["", "The same prefills over a window of steps (served_windows.WINDOW_RULE: "
              "the mixed step and its neighbours together, so that when vLLM hands a step's "
              "output on, after launching the next, moves no time out of what is compared):",
              ""]
-    for entry in entries:
-        windows = entry["profile_steps"].get("mixed_windows")
-        if not windows or not windows["overall"]:
-            continue
+    for rate, windows in rates:
         left = ", ".join(f"{n} {why}" for why, n in sorted(windows["left_out"].items()))
+        line = (f"- rate {rate:g}: {windows['windows']} windows"
+                f"{' (left out: ' + left + ')' if left else ''}")
         whole, alone = windows["overall"], windows["mixed_gap_alone"]
-        lines.append(f"- rate {entry['rate']:g}: {windows['windows']} windows"
-                     f"{' (left out: ' + left + ')' if left else ''}: median abs(e) "
-                     f"{whole['median_abs_error']:.1%}, bias {whole['bias']:+.1%}; their mixed "
-                     f"gap alone {alone['median_abs_error']:.1%}, bias {alone['bias']:+.1%}")
-    return lines if len(lines) > 3 else []
+        if whole:
+            line += (f": median abs(e) {whole['median_abs_error']:.1%}, bias "
+                     f"{whole['bias']:+.1%}; their mixed gap alone "
+                     f"{alone['median_abs_error']:.1%}, bias {alone['bias']:+.1%}")
+        lines.append(line)
+    return lines
 
 
 def mixed_pricing(mixed: dict) -> str:

@@ -107,25 +107,25 @@ def chunk_times(r: ServedRequest) -> list[float]:
     return times
 
 
-class _PrefillWindows:
+class PrefillWindows:
     """Every request's prefill window, [send, first chunk], sorted by start."""
 
     def __init__(self, requests: Sequence[ServedRequest]):
-        self.windows = sorted((r.start, r.start + r.ttft) for r in requests)
-        self.starts = [begin for begin, _ in self.windows]
-        self.longest = max((end - begin for begin, end in self.windows), default=0.0)
+        self.windows = sorted((r.start, r.start + r.ttft, i) for i, r in enumerate(requests))
+        self.starts = [begin for begin, _, _ in self.windows]
+        self.longest = max((end - begin for begin, end, _ in self.windows), default=0.0)
 
-    def overlap(self, lo: float, hi: float) -> bool:
-        """Whether any window overlaps (lo, hi)."""
+    def overlap(self, lo: float, hi: float, besides: int | None = None) -> bool:
+        """Whether any window (but request `besides`'s) overlaps (lo, hi)."""
         first = bisect.bisect_left(self.starts, lo - self.longest)
-        return any(end > lo for _, end in
+        return any(end > lo and i != besides for _, end, i in
                    self.windows[first:bisect.bisect_left(self.starts, hi)])
 
 
 def decode_gaps(requests: Sequence[ServedRequest]) -> tuple[list[ServedGap], int]:
     """The decode-only gaps of a served run, and how many gaps were left out as mixed."""
     chunks = [chunk_times(r) for r in requests]
-    windows = _PrefillWindows(requests)
+    windows = PrefillWindows(requests)
     per_chunk = tokens_per_chunk(requests)
     gaps, mixed = [], 0
     for times in chunks:
@@ -182,8 +182,9 @@ def prefill_lag(chunks: Sequence[list[float]],
                 nearest: Sequence[tuple[int, int, int]]) -> tuple[int, dict[int, float]]:
     """How many chunks a request's first chunk comes after the step that computed its
     prompt, read from the run: the lag (of LAGS) at which the gaps of the decoding requests
-    are longest (median), and those medians in ms by lag. (vLLM's async scheduling
-    processes a step's output while the next step runs: 1 in the H200 runs of 2026-12-04.)"""
+    are longest (median), and those medians in ms by lag. (1 in real vLLM's runs: it hands
+    a step's output on after launching the next step, served_windows.py says why; 0 in the
+    emulated server's, whose launches take no time.)"""
     medians = {}
     for lag in LAGS:
         seconds = [chunks[r][j - lag] - chunks[r][j - lag - 1] for _, r, j in nearest
@@ -199,7 +200,7 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
     (prefill_lag: the lag, and the median gap in ms by lag)."""
     chunks = [chunk_times(r) for r in requests]
     per_chunk = tokens_per_chunk(requests)
-    windows = _PrefillWindows(requests)
+    windows = PrefillWindows(requests)
     nearest = nearest_chunks(chunks)
     lag, medians = prefill_lag(chunks, nearest)
     ended: dict[tuple[int, int], list[int]] = {}   # (request, closing chunk): prefilled ones

@@ -1,9 +1,12 @@
 """A served prefill priced over a window of steps around it, so that when the engine hands a
 step's output on does not move time between the gaps compared.
 
-vLLM's engine core (async scheduling, its batch queue) launches step N+1 before it waits
-for step N's output, and the launch runs on the engine's own thread: a step's chunks reach
-the client at the later of its own end and the next step's launch. Next to a prefill, whose
+vLLM's engine core (async scheduling, its batch queue: `vllm/v1/engine/core.py`
+`step_with_batch_queue` in vLLM 0.26.0) launches step N+1 before it waits for step N's
+output, and the launch runs on the engine core's own thread (the executor calls the worker
+there): a step's chunks reach the client at the later of its own end and the next step's
+launch. (This module is that reading's one home; it is from vLLM's code and the client's
+timings, not from a trace of the server.) Next to a prefill, whose
 eager launch takes about as long as the step, the long client gap closes one chunk early
 (served_steps.prefill_lag reads it as lag 1), and the chunks after it come closer together
 than their steps. A window of WINDOW_GAPS of a decoding request's gaps (two before the chunk
@@ -22,6 +25,8 @@ from . import served_steps as steps
 from .predict import Interpolator
 
 WINDOW_GAPS = 4
+# the mixed gap (j - lag) must fall inside the window's gaps j - WINDOW_GAPS + 2 .. j + 1
+assert WINDOW_GAPS >= max(steps.LAGS) + 2
 WINDOW_RULE = (
     "A window is WINDOW_GAPS consecutive gaps of one request decoding while another's "
     "prefill ended (the two before its chunk nearest the prefilled request's first chunk, "
@@ -47,20 +52,20 @@ def mixed_windows(interpolator: Interpolator, decode_mode: str,
     none, by why."""
     chunks = [steps.chunk_times(r) for r in requests]
     per_chunk = steps.tokens_per_chunk(requests)
-    windows = sorted((r.start, r.start + r.ttft, i) for i, r in enumerate(requests))
-    lag, _ = steps.prefill_lag(chunks, steps.nearest_chunks(chunks))
+    prefills = steps.PrefillWindows(requests)
+    nearest = steps.nearest_chunks(chunks)
+    lag, _ = steps.prefill_lag(chunks, nearest)
     found: dict[int, MixedWindow] = {}
     left_out: dict[int, str] = {}
-    for q, r, j in steps.nearest_chunks(chunks):
+    for q, r, j in nearest:
         if q in found:
             continue
         times = chunks[r]
         first, last = j - WINDOW_GAPS + 1, j + 1      # the window's chunks, times[first..last]
-        if first < 0 or last >= len(times) or j - lag <= first:
+        if first < 0 or last >= len(times):
             left_out.setdefault(q, "the decoding request's chunks do not span it")
             continue
-        lo, hi = times[first], times[last]
-        if any(i != q and start < hi and end > lo for start, end, i in windows):
+        if prefills.overlap(times[first], times[last], besides=q):
             left_out[q] = "another prefill overlaps it"
             continue
         window = _priced(interpolator, decode_mode, requests, chunks, per_chunk,
