@@ -46,6 +46,7 @@ from ..wire.model import Artifact
 from .predict import Interpolator
 from .predict_mixed import BASIS_ROWS, BASIS_RULE, MIXED_FALLBACK_RULE
 from .predict_mixed import MIXED_RULE as PRICING_RULE
+from .predict_phases import Priced
 from .serving_records import batch_bucket, bucket_label
 
 
@@ -143,8 +144,8 @@ def tokens_per_chunk(requests: Sequence[ServedRequest]) -> list[float]:
 
 
 def decoding_at(requests: Sequence[ServedRequest], chunks: Sequence[list[float]],
-              per_chunk: Sequence[float], mid: float,
-              leave_out: frozenset[int]) -> tuple[int, int]:
+                per_chunk: Sequence[float], mid: float,
+                leave_out: frozenset[int]) -> tuple[int, int]:
     """The requests between their first and last chunk at `mid`, less `leave_out`, and the
     KV they read together: each its prompt and its tokens delivered by then (its chunks so
     far x its own tokens a chunk)."""
@@ -218,7 +219,7 @@ def mixed_gaps(requests: Sequence[ServedRequest]) -> tuple[list[MixedGap], int, 
                 waiting += 1
                 continue
             decoding, kv = decoding_at(requests, chunks, per_chunk, (lo + hi) / 2,
-                                     frozenset(prefilled))
+                                       frozenset(prefilled))
             gaps.append(MixedGap(hi - lo, decoding,
                                  tuple(requests[q].input_tokens for q in prefilled), kv))
     return gaps, waiting, {"lag_chunks": lag, "median_gap_ms_by_lag": medians}
@@ -287,6 +288,16 @@ def price_served_steps(artifact: Artifact, requests: Sequence[ServedRequest]) ->
             "mixed": _price_mixed(interpolator, requests), "ttft_parts": ttft_parts(requests)}
 
 
+def price_mixed_gap(interpolator: Interpolator, gap: MixedGap) -> tuple[str, Priced]:
+    """A served mixed step's price (MIXED_RULE), in the graph mode the profile's mixed rows
+    ran at its scheduled tokens (its prompts and each decoding request's 1 + K), and that
+    mode."""
+    tokens = sum(gap.prompts) + gap.decoding * (1 + interpolator.draft_depth)
+    mode = interpolator.mixed_mode(tokens) or "?"
+    return mode, interpolator.price_mixed(gap.decoding, len(gap.prompts), sum(gap.prompts),
+                                          mode, decode_kv_tokens=gap.kv_tokens)
+
+
 def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) -> dict:
     """The mixed gaps priced from the profile's mixed rows (predict_mixed.MIXED_RULE) where
     it has any, else by the rule (predict_mixed.MIXED_FALLBACK_RULE), by their whole batch
@@ -301,11 +312,8 @@ def _price_mixed(interpolator: Interpolator, requests: Sequence[ServedRequest]) 
     counted = {BASIS_ROWS: 0, BASIS_RULE: 0}
     steps = {BASIS_ROWS: 0.0, BASIS_RULE: 0.0, "outside": 0.0}
     for gap in gaps:
-        tokens = sum(gap.prompts) + gap.decoding * (1 + interpolator.draft_depth)
-        mode = interpolator.mixed_mode(tokens) or "?"
+        mode, price = price_mixed_gap(interpolator, gap)
         modes[mode] = modes.get(mode, 0) + 1
-        price = interpolator.price_mixed(gap.decoding, len(gap.prompts), sum(gap.prompts),
-                                         mode, decode_kv_tokens=gap.kv_tokens)
         if price.seconds is None:
             why = price.category or "?"
             unpriced[why] = unpriced.get(why, 0) + 1

@@ -94,10 +94,8 @@ def _priced(interpolator: Interpolator, decode_mode: str,
         prefilled = frozenset() if g > at else frozenset([q])
         batch, kv = steps.decoding_at(requests, chunks, per_chunk, mid, prefilled)
         if g == at:
-            prompt = requests[q].input_tokens
-            mode = interpolator.mixed_mode(prompt + batch * (1 + interpolator.draft_depth))
-            price = interpolator.price_mixed(batch, 1, prompt, mode or "?",
-                                             decode_kv_tokens=kv)
+            gap = steps.MixedGap(times[g] - times[g - 1], batch, (requests[q].input_tokens,), kv)
+            price = steps.price_mixed_gap(interpolator, gap)[1]
         else:
             price = interpolator.price_decode(batch, kv, decode_mode)
         if price.seconds is None:
