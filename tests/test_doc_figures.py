@@ -337,3 +337,27 @@ def test_the_emulation_figures_are_the_reports():
         _, used, util = (x.strip() for x in line.split(","))
         assert int(used.split()[0]) <= 4, line
         assert util == "0 %", line
+
+
+ONE_HOST_06B = EVIDENCE / "h100" / "one-host-06b"
+
+
+def test_the_06b_emulation_figures_are_its_report():
+    """one-host-06b's table (the qwen3-0.6b profile emulated on the CPU host against the
+    H100's real runs) is emulation-cpu-host.json's summary, AISimulate's columns its
+    consumer summary, rounded as printed; the top README states the same two medians."""
+    readme = (ONE_HOST_06B / "README.md").read_text()
+    summary = json.loads(_text(ONE_HOST_06B / "emulation-cpu-host.json.xz"))["summary"]
+    for name in ("TTFT", "TPOT", "step gap", "E2E"):
+        ours, theirs = summary[name], summary["consumer"][name]
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {name} | "))
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1] == f"{100 * ours['median_abs_error']:.1f}%", row
+        assert cells[2].startswith(f"{100 * ours['max_abs_error']:.1f}%"), row
+        assert cells[3] == f"{ours['within_goal_every']} of {ours['runs']}", row
+        assert cells[4] == f"{100 * theirs['median_abs_error']:.1f}%", row
+        assert cells[5] == f"{theirs['within_goal_every']} of {theirs['runs']}", row
+    assert summary["goal"] == {"TTFT": False, "TPOT": False}
+    top = _flat((ROOT / "README.md").read_text())
+    assert (f"TTFT {100 * summary['TTFT']['median_abs_error']:.1f}%, TPOT "
+            f"{100 * summary['TPOT']['median_abs_error']:.1f}% median.") in top
