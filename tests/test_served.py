@@ -206,6 +206,34 @@ def test_a_mixed_step_is_priced_as_one_prefill_of_all_its_requests_and_tokens():
     assert priced.basis == "rule: no mixed rows"
 
 
+# ---- the bench client: vLLM's `vllm bench serve`, one process for every run ---------------
+
+def test_the_bench_client_runs_vllms_own_parser_a_run_a_log_and_outlives_a_bad_run(tmp_path):
+    """A run's flags are parsed by vLLM's own `vllm bench serve` parser in the client process:
+    unknown flags exit 2 with vLLM's usage in that run's log; the client then answers the next
+    run (`--help`: vLLM's flags, exit 0) and ends cleanly when its stdin closes."""
+    from pytest_sdbench.fidelity.bench_client import BenchClient
+    from pytest_sdbench.fidelity.served_settings import child_env
+    client = BenchClient(tmp_path / "bench-client.log", child_env())
+    try:
+        assert client.run(["--no-such-flag"], tmp_path / "bad.log") == 2
+        assert "--no-such-flag" in (tmp_path / "bad.log").read_text()
+        assert client.run(["--help"], tmp_path / "help.log") == 0
+        usage = (tmp_path / "help.log").read_text()
+        assert "--request-rate" in usage
+        assert "--max-concurrency" in usage
+    finally:
+        assert client.close() == 0
+
+
+def test_a_bench_client_that_is_gone_fails_the_run_and_says_so(tmp_path):
+    from pytest_sdbench.fidelity.bench_client import BenchClient
+    client = BenchClient(tmp_path / "bench-client.log", dict(os.environ), python="false")
+    assert client.run(["--help"], tmp_path / "run.log") == 1
+    assert "the bench client exited (1)" in (tmp_path / "run.log").read_text()
+    assert client.close() == 1
+
+
 # ---- end to end on the CPU engine ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -242,12 +270,17 @@ def test_sdbench_serve_leaves_vllms_own_results_and_a_manifest(served):
     assert manifest["server"]["processes_left"] is False
     with pytest.raises(ProcessLookupError):
         os.killpg(manifest["server"]["pid"], 0)
+    # every run went through one client process, which ended cleanly
+    assert manifest["client"]["module"] == "pytest_sdbench.fidelity.bench_client"
+    assert manifest["client"]["exit_status"] == 0
+    assert (out / manifest["client"]["log"]).is_file()
     assert [r["rate"] for r in manifest["runs"]] == [float(r) for r in RATES]
     # a seed of its own a rate (3, 4, ...): no rate's prompts cached by an earlier one
     assert [r["seed"] for r in manifest["runs"]] == [3 + i for i in range(len(RATES))]
     for run in manifest["runs"]:
         assert run["command"][run["command"].index("--seed") + 1] == str(run["seed"])
         assert run["returncode"] == 0
+        assert "Benchmark duration" in (out / run["log"]).read_text()   # vLLM's own summary
         bench = run["command"]
         assert bench[bench.index("bench"):bench.index("bench") + 2] == ["bench", "serve"]
         assert bench[bench.index("--dataset-name") + 1] == "random"

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from ..wire.files import atomic_write_text
 from ..wire.model import Artifact, utc_now
+from .bench_client import MODULE as BENCH_CLIENT_MODULE
+from .bench_client import BenchClient
 from .served_metrics import read_metrics, run_means
 from .served_settings import (
     DEFAULT_ENV,
@@ -42,6 +44,7 @@ from .served_settings import (
     ServedUnusable,
     Traffic,
     bench_command,
+    bench_flags,
     child_env,
     free_port,
     rate_seeds,
@@ -198,6 +201,11 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
     say(f"starting `vllm serve {model}` on port {port} (log: {out / 'server.log'}) ...")
     server = Server(command, out / "server.log", {**env, **extra_env})
     manifest["server"]["pid"] = server.process.pid
+    # One client process for every run (bench_client.py: `vllm bench serve`'s own code,
+    # imported once, while the server starts).
+    client = BenchClient(out / "bench-client.log", env)
+    manifest["client"] = {"module": BENCH_CLIENT_MODULE, "log": "bench-client.log",
+                          "pid": client.process.pid}
     try:
         with terminated_as_interrupt():
             seconds = server.wait_healthy(f"http://{HOST}:{port}/health", health_timeout)
@@ -205,8 +213,8 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
             say(f"server healthy after {seconds:.1f} s")
             metrics_url = f"http://{HOST}:{port}/metrics"
             for run_spec in traffic(options):
-                manifest["runs"].append(_bench(run_spec, model, port, out, env, metrics_url,
-                                               say))
+                manifest["runs"].append(_bench(client, run_spec, model, port, out,
+                                               metrics_url, say))
                 write_manifest(out, manifest)
                 run = manifest["runs"][-1]
                 if run["returncode"] != 0 or not (out / run_spec.result).is_file():
@@ -224,6 +232,7 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
         manifest["status"] = f"failed: {exc}"
         raise
     finally:
+        manifest["client"]["exit_status"] = client.close()
         say("stopping the server ...")
         manifest["server"]["exit_status"] = server.stop()
         manifest["server"]["processes_left"] = server.group_left
@@ -234,10 +243,10 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
     return manifest
 
 
-def _bench(run: Traffic, model: str, port: int, out: Path, env: dict[str, str],
+def _bench(client: BenchClient, run: Traffic, model: str, port: int, out: Path,
            metrics_url: str, say: Callable[[str], None]) -> dict:
     """One `vllm bench serve` run, vLLM's request metrics read before and after it: its
-    manifest entry."""
+    manifest entry (its command: the command line the client ran it as)."""
     bench = bench_command(model, port, run, out)
     name = run.label + (f"-p{run.pass_index}" if run.pass_index else "")
     log = out / f"bench-{name}.log"
@@ -245,19 +254,17 @@ def _bench(run: Traffic, model: str, port: int, out: Path, env: dict[str, str],
         f"{run.output_len} out ...")
     before = _metrics(metrics_url)
     started = time.monotonic()
-    with log.open("wb") as sink:
-        done = subprocess.run(bench, stdout=sink, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env=env)
+    returncode = client.run(bench_flags(model, port, run, out), log)
     seconds = round(time.monotonic() - started, 3)
     after = _metrics(metrics_url)
     entry = {"label": run.label, "pass": run.pass_index, "rate": run.rate,
              "concurrency": run.concurrency, "num_prompts": run.num_prompts,
              "input_len": run.input_len, "output_len": run.output_len, "seed": run.seed,
              "command": bench, "log": log.name, "result": run.result,
-             "returncode": done.returncode, "seconds": seconds,
+             "returncode": returncode, "seconds": seconds,
              "engine_metrics_ms": run_means(before, after)
              if before is not None and after is not None else None}
-    if done.returncode == 0 and (out / run.result).is_file():
+    if returncode == 0 and (out / run.result).is_file():
         summary = json.loads((out / run.result).read_text())
         say(f"{name}: {summary.get('completed')} completed, {summary.get('failed', 0)} "
             f"failed; TTFT median {summary.get('median_ttft_ms', float('nan')):.1f} ms, "

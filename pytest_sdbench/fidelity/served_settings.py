@@ -271,12 +271,17 @@ def serve_command(kwargs: dict, port: int, python: str = sys.executable) -> list
 
 def bench_command(model: str, port: int, run: Traffic, out: Path,
                   python: str = sys.executable) -> list[str]:
-    """`vllm bench serve` of one run: Poisson arrivals at its rate, or a closed loop at its
-    concurrency (every request at once, at most that many in flight), with its own seed;
-    flags that vLLM 0.26 and 0.32 both take."""
+    """`vllm bench serve` of one run, as a command line (what the bench client runs)."""
+    return [*vllm_cli(python), "bench", "serve", *bench_flags(model, port, run, out)]
+
+
+def bench_flags(model: str, port: int, run: Traffic, out: Path) -> list[str]:
+    """The flags of `vllm bench serve` for one run: Poisson arrivals at its rate, or a closed
+    loop at its concurrency (every request at once, at most that many in flight), with its
+    own seed; flags that vLLM 0.26 and 0.32 both take."""
     arrival = ["--request-rate", rate_text(run.rate)] if run.rate is not None else \
         ["--request-rate", "inf", "--max-concurrency", str(run.concurrency)]
-    return [*vllm_cli(python), "bench", "serve", "--backend", "vllm",
+    return ["--backend", "vllm",
             "--base-url", f"http://{HOST}:{port}", "--model", model, "--tokenizer", model,
             "--dataset-name", "random", "--random-input-len", str(run.input_len),
             "--random-output-len", str(run.output_len),
