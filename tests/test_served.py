@@ -231,6 +231,7 @@ def test_a_bench_client_that_is_gone_fails_the_run_and_says_so(tmp_path):
     client = BenchClient(tmp_path / "bench-client.log", dict(os.environ), python="false")
     assert client.run(["--help"], tmp_path / "run.log") == 1
     assert "the bench client exited (1)" in (tmp_path / "run.log").read_text()
+    assert client.gone().startswith("the bench client exited (1)")   # served.py refuses it
     assert client.close() == 1
 
 
@@ -273,6 +274,7 @@ def test_sdbench_serve_leaves_vllms_own_results_and_a_manifest(served):
     # every run went through one client process, which ended cleanly
     assert manifest["client"]["module"] == "pytest_sdbench.fidelity.bench_client"
     assert manifest["client"]["exit_status"] == 0
+    assert manifest["client"]["env_left_out"] == []
     assert (out / manifest["client"]["log"]).is_file()
     assert [r["rate"] for r in manifest["runs"]] == [float(r) for r in RATES]
     # a seed of its own a rate (3, 4, ...): no rate's prompts cached by an earlier one

@@ -14,6 +14,7 @@ latencies beside `aisimulate predict`'s, in one report folder.
     run.py              measure / save / report into one folder;  command.py: the CLI
 
 `sdbench serve` (vLLM's own server and client): serve_command.py (the CLI), served.py (the
-run), served_settings.py (options, flags, command lines); `sdbench fidelity --served`:
+run), served_settings.py (options, flags, command lines), bench_client.py (`vllm bench
+serve`'s own code, every run in one process); `sdbench fidelity --served`:
 served_compare.py, served_steps.py, served_windows.py. `sdbench crosscheck`: crosscheck.py.
 """

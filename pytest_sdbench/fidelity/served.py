@@ -201,16 +201,20 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
     say(f"starting `vllm serve {model}` on port {port} (log: {out / 'server.log'}) ...")
     server = Server(command, out / "server.log", {**env, **extra_env})
     manifest["server"]["pid"] = server.process.pid
-    # One client process for every run (bench_client.py: `vllm bench serve`'s own code,
-    # imported once, while the server starts).
-    client = BenchClient(out / "bench-client.log", env)
-    manifest["client"] = {"module": BENCH_CLIENT_MODULE, "log": "bench-client.log",
-                          "pid": client.process.pid}
+    client: BenchClient | None = None
     try:
+        # One client process for every run (bench_client.py: `vllm bench serve`'s own code,
+        # imported once, while the server starts).
+        client = BenchClient(out / "bench-client.log", env)
+        manifest["client"] = {"module": BENCH_CLIENT_MODULE, "log": client.log.name,
+                              "pid": client.process.pid, "env_left_out": client.env_left_out}
         with terminated_as_interrupt():
             seconds = server.wait_healthy(f"http://{HOST}:{port}/health", health_timeout)
             manifest["server"]["healthy_after_seconds"] = round(seconds, 3)
             say(f"server healthy after {seconds:.1f} s")
+            gone = client.gone()
+            if gone:
+                raise ServingFailed(gone)
             metrics_url = f"http://{HOST}:{port}/metrics"
             for run_spec in traffic(options):
                 manifest["runs"].append(_bench(client, run_spec, model, port, out,
@@ -232,21 +236,25 @@ def serve(profile_path: Path, artifact: Artifact, options: ServedOptions, out: P
         manifest["status"] = f"failed: {exc}"
         raise
     finally:
-        manifest["client"]["exit_status"] = client.close()
-        say("stopping the server ...")
-        manifest["server"]["exit_status"] = server.stop()
-        manifest["server"]["processes_left"] = server.group_left
-        if server.group_left:
-            say(f"a process of the server's group {server.process.pid} outlived SIGKILL")
-        manifest["finished"] = utc_now()
-        write_manifest(out, manifest)
+        try:
+            if client is not None:   # unless done, a run in flight is ended at once
+                manifest["client"]["exit_status"] = client.close(
+                    30.0 if manifest["status"] == "done" else 0.0)
+        finally:
+            say("stopping the server ...")
+            manifest["server"]["exit_status"] = server.stop()
+            manifest["server"]["processes_left"] = server.group_left
+            if server.group_left:
+                say(f"a process of the server's group {server.process.pid} outlived SIGKILL")
+            manifest["finished"] = utc_now()
+            write_manifest(out, manifest)
     return manifest
 
 
 def _bench(client: BenchClient, run: Traffic, model: str, port: int, out: Path,
            metrics_url: str, say: Callable[[str], None]) -> dict:
-    """One `vllm bench serve` run, vLLM's request metrics read before and after it: its
-    manifest entry (its command: the command line the client ran it as)."""
+    """One `vllm bench serve` run by the client, vLLM's request metrics read before and after
+    it: its manifest entry (its command: the equivalent command line)."""
     bench = bench_command(model, port, run, out)
     name = run.label + (f"-p{run.pass_index}" if run.pass_index else "")
     log = out / f"bench-{name}.log"

@@ -271,7 +271,8 @@ def serve_command(kwargs: dict, port: int, python: str = sys.executable) -> list
 
 def bench_command(model: str, port: int, run: Traffic, out: Path,
                   python: str = sys.executable) -> list[str]:
-    """`vllm bench serve` of one run, as a command line (what the bench client runs)."""
+    """`vllm bench serve` of one run as a command line: the manifest's record of a run (the
+    bench client runs its flags, bench_client.py)."""
     return [*vllm_cli(python), "bench", "serve", *bench_flags(model, port, run, out)]
 
 
