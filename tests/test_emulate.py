@@ -35,6 +35,7 @@ from pytest_sdbench.emulate.pricing import ProfilePrice, Unpriceable, check_pric
 from pytest_sdbench.emulate.step_shape import StepShape, shape_of
 from pytest_sdbench.emulate.steplog import StepLogData, read_step_log
 from pytest_sdbench.fidelity.predict import Interpolator
+from pytest_sdbench.fidelity.predict_mixed import mixed_rows
 from pytest_sdbench.fidelity.serving_records import StepRecord
 from pytest_sdbench.run.profile import read_profile
 
@@ -126,6 +127,8 @@ def profile_price_of(s: dict, interp: Interpolator) -> float | None:
     """fidelity's price of a logged step: of its shape where it was inside the rows, of the
     coordinates it was priced at where it was outside (which the rows must then cover)."""
     at = dict(s["priced_at"] or {})
+    if "decodes_beside_at" in at:
+        return prompts_beside_decodes(s, at, interp)
     kind = "prefill" if at.pop("as", None) else s["kind"]
     lower, asked = at.pop("extended_from", None), at.pop("extended_to", None)
     shape = {**{k: s[k] for k in ("prefill_requests", "prefill_tokens", "prefill_kv_tokens",
@@ -150,6 +153,28 @@ def profile_price_of(s: dict, interp: Interpolator) -> float | None:
     assert base is not None
     return top + (top - base) / (shape["prefill_tokens"] - lower) * \
         (asked - shape["prefill_tokens"])
+
+
+def prompts_beside_decodes(s: dict, at: dict, interp: Interpolator) -> float | None:
+    """A mixed step beyond its lattice's tokens, priced from the prefill rows: fidelity's
+    price of its prompts alone, plus that of its decodes beside one prompt of the lattice's
+    top less that prompt alone (never below none)."""
+    top = at["decodes_beside_at"]
+
+    def prefill(requests: int, tokens: int, kv: int) -> float | None:
+        return interp.price(StepRecord(
+            native_iteration_id=0, kind="prefill", graph_mode=interp.prefill_mode(tokens),
+            seconds=0.0, prefill_requests=requests, prefill_tokens=tokens,
+            prefill_kv_tokens=kv, decode_requests=0, decode_kv_tokens=0, draft_tokens=0,
+            full_depth_requests=0, accepted_drafts=None, total_scheduled_tokens=tokens,
+            waiting=0, running=0)).seconds
+    prompts = prefill(at["prefill_requests"], at["prefill_tokens"], at["prefill_kv_tokens"])
+    alone = prefill(1, top, 0)
+    beside = interp.price_mixed(at["decode_requests"], 1, top, s["graph_mode"],
+                                decode_kv_tokens=at["decode_kv_tokens"]).seconds
+    if prompts is None or alone is None or beside is None:
+        return None
+    return prompts + max(0.0, beside - alone)
 
 
 def step_time_problems(log: StepLogData, interp: Interpolator) -> list[str]:
@@ -405,7 +430,9 @@ def test_a_step_outside_is_priced_at_the_nearest_rows_and_counted(shape, categor
 
 def test_mixed_rows_price_a_mixed_step_and_the_nearest_outside():
     """The v7 CPU fixture's mixed rows (the pricing rule only: check=False, its rows are
-    host-timed): its lattice row exactly, a step beyond it clamped onto it and counted."""
+    host-timed): its lattice row exactly; a step beyond it (more decodes, a longer prompt)
+    counted, its decodes clamped onto the row's and its prompt priced from the prefill rows
+    as it is; one whose prompt the prefill rows do not reach either, clamped onto the row."""
     price = ProfilePrice(read_profile(CPU_V7), check=False)
     interp = price.interpolator
     (row,) = interp.lattice
@@ -418,10 +445,16 @@ def test_mixed_rows_price_a_mixed_step_and_the_nearest_outside():
     assert got.outside == "off-grid: decode batch"
     assert got.basis == "mixed rows"
     at = got.priced_at
+    assert (at["decode_requests"], at["prefill_tokens"], at["decodes_beside_at"]) == \
+        (2, 100, 64)
+    assert got.seconds == pytest.approx(prompts_beside_decodes(
+        {"graph_mode": got.graph_mode}, at, interp))
+    reach = max(p.tokens for p in interp.prefill if p.batch == 1 and p.kv == 0)
+    far = shape_of([(reach + 1, 0, reach + 1, 0)] + [(10, 300, 1 + K, K)] * 3)
+    got = price(far)
+    at = got.priced_at
+    assert "decodes_beside_at" not in at
     assert (at["decode_requests"], at["prefill_tokens"]) == (2, 64)
-    assert got.seconds == interp.price_mixed(
-        2, at["prefill_requests"], 64, got.graph_mode, decode_kv_tokens=at["decode_kv_tokens"],
-        prefill_kv_tokens=at["prefill_kv_tokens"]).seconds
 
 
 def test_a_mixed_step_of_more_prompt_tokens_than_measured_is_extended_not_clamped():
@@ -447,6 +480,35 @@ def test_a_mixed_step_of_more_prompt_tokens_than_measured_is_extended_not_clampe
     assert got.seconds == pytest.approx(row(8192) + slope * (12000 - 8192))
     assert got.seconds > 1.3 * row(8192)
     assert any("beyond the 8192 measured" in note for note in got.clamped)
+
+
+def test_long_prompts_beside_decodes_are_priced_from_the_prefill_rows():
+    """A mixed step of more prompt tokens than the lattice measured, whose prompts the
+    prefill rows measured as they are: the prefill rows' price of its prompts plus the
+    decodes' share at the lattice's top. Held out: the lattice's rows of one 8,192-token
+    prompt are removed and each is priced from what is left; it stays within 5% of its own
+    measured time (a line through the lattice's two top rows priced it 4-10% short)."""
+    artifact = read_profile(H100_MIXED)
+    held = [r for r in mixed_rows(artifact)
+            if (r.prefill_batch, r.cached_tokens, r.prefill_tokens) == (1, 0, 8192)]
+    assert len(held) >= 4
+    out = {r.point_index for r in held}
+    price = ProfilePrice(dataclasses.replace(
+        artifact, mixed=tuple(o for o in artifact.mixed if o.point_index not in out)))
+    interp = price.interpolator
+    for row in held:
+        kv = round(row.context * row.decode_batch)
+        got = price(StepShape(decode_requests=row.decode_batch, decode_kv_tokens=kv,
+                              draft_tokens=row.decode_batch * K, prefill_requests=1,
+                              prefill_tokens=8192, total_scheduled_tokens=row.scheduled_tokens))
+        assert (got.kind, got.basis, got.outside) == ("mixed", "mixed rows",
+                                                      "off-grid: prefill tokens")
+        at = got.priced_at
+        assert at["decodes_beside_at"] == 4096, at
+        assert (at["prefill_requests"], at["prefill_tokens"]) == (1, 8192)
+        logged = {"graph_mode": got.graph_mode}
+        assert got.seconds == pytest.approx(prompts_beside_decodes(logged, at, interp))
+        assert got.seconds == pytest.approx(row.seconds, rel=0.05), row
 
 
 def test_a_profile_it_cannot_price_is_refused():

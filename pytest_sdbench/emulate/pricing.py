@@ -17,7 +17,11 @@ and the coordinates it was priced at). A prompt longer than the rows measured (a
 new tokens above the top of its batch's rows: several long prompts admitted at once) is
 not clamped down to the top, which would price it as the shorter step: it is priced at the
 top and extended along the line through the two highest measured rows (extend_tokens; its
-record names both and the tokens asked). What clamping cannot reach (a mixed step whose terms
+record names both and the tokens asked). A mixed step of more prompt tokens than its lattice
+measured, whose prompts the prefill rows measured as they are, is priced from those rows plus
+the decodes' share at the lattice's top (_prompts_beside_decodes; its record names the top as
+decodes_beside_at): a line through one long prompt's rows prices several shorter prompts of
+the same tokens a quarter short. What clamping cannot reach (a mixed step whose terms
 fall apart) is priced by the rule of a mixed step without rows, then by the nearest
 measured point, each said so. The engine never stops on a price.
 
@@ -307,6 +311,10 @@ class ProfilePrice:
         decode_mode = self.decode_mode(bd)
         near = self._decode_near(bd, bd * context, decode_mode)
         kv_decode = near[1]["decode_kv_tokens"] if near else bd * (i.lattice_context or 0)
+        if shape.prefill_tokens > max(spans):
+            composed = self._prompts_beside_decodes(shape, bd, kv_decode, max(spans), mode)
+            if composed is not None:
+                return composed[0], composed[1], notes + composed[2], BASIS_ROWS
         prompts, cached = shape.prefill_requests, shape.prefill_kv_tokens
         if (prompts, cached) != (1, 0):
             found = self._prefill_near(prompts, t, cached, i.prefill_mode(t) or mode)
@@ -328,6 +336,44 @@ class ProfilePrice:
         if shape.prefill_tokens > t:
             price, where = extend_tokens(price, where, at, spans, shape.prefill_tokens, notes)
         return price, where, notes, BASIS_ROWS
+
+    def _prompts_beside_decodes(self, shape: StepShape, decode_batch: int, decode_kv: int,
+                                top: int, mode: str) -> tuple[Priced, dict, list[str]] | None:
+        """A mixed step of more prompt tokens than the lattice measured (several long prompts
+        admitted at once), whose prompts the prefill rows measured as they are: MIXED_RULE's
+        terms with the decodes' share read at the lattice's top (at the step's own decodes
+        where the lattice prices them, else at `decode_batch`, the nearest it measured). The prefill rows' price of
+        the step's prompts, plus what the decodes added beside one uncached prompt of `top`
+        tokens (the lattice's price there less the prefill rows' price of that prompt; none
+        where the two rows' noise leaves less than nothing). Extending the lattice's line
+        instead priced 7 prompts of 2,048 tokens beside one decode at 30 ms, where the
+        prefill row of those 7 prompts alone measured 42 (H100, qwen3-0.6b). None where the
+        prefill rows do not reach the prompts unclamped."""
+        i = self.interpolator
+        tokens, cached = shape.prefill_tokens, shape.prefill_kv_tokens
+        prompts = self._prefill_near(shape.prefill_requests, tokens, cached,
+                                     i.prefill_mode(tokens) or mode)
+        alone = self._prefill_near(1, top, 0, i.prefill_mode(top) or mode)
+        beside = i.price_mixed(shape.decode_requests, 1, top, mode,
+                               decode_kv_tokens=shape.decode_kv_tokens)
+        if beside.seconds is None:   # the decodes outside the lattice: at its nearest batch
+            beside = i.price_mixed(decode_batch, 1, top, mode, decode_kv_tokens=decode_kv)
+        else:
+            decode_batch, decode_kv = shape.decode_requests, shape.decode_kv_tokens
+        if prompts is None or prompts[2] or alone is None or alone[2] \
+                or beside.seconds is None:
+            return None
+        decodes = max(0.0, beside.seconds - (alone[0].seconds or 0.0))
+        seconds = (prompts[0].seconds or 0.0) + decodes
+        how = (f"{shape.prefill_requests} prompt(s) of {tokens} tokens over {cached} cached "
+               f"KV from the prefill rows: {1e3 * (prompts[0].seconds or 0.0):.4f} ms; "
+               f"{decode_batch} decode(s) beside one prompt at the lattice's top {top}: "
+               f"+{1e3 * decodes:.4f} ms")
+        where = {"decode_requests": decode_batch, "decode_kv_tokens": decode_kv,
+                 **prompts[1], "decodes_beside_at": top}
+        note = (f"{tokens} prefill tokens beyond the lattice's {top}: the prompts from the "
+                "prefill rows, the decodes' share at the top")
+        return Priced(seconds=seconds, how=how, basis=BASIS_ROWS), where, [note]
 
     def _nearest_point(self, shape: StepShape, mode: str) -> MeasuredPoint:
         i = self.interpolator
