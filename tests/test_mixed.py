@@ -110,3 +110,44 @@ def test_a_run_whose_prefills_miss_the_planned_step_fails_the_point(sdbench_coll
             f"step {MIXED_STEP_INDEX}")
     assert want in skipped.reason
     assert validate_data(typed.encode(a)).ok   # a failed artifact, honest about it
+
+
+def test_a_decode_batch_evicted_since_its_seed_is_seeded_again_not_failed(
+        sdbench_collect, sdbench_engine, monkeypatch):
+    """A decode batch of long prompts fits one step only from the prefix cache (cached, a
+    request schedules a block's tokens; evicted, its whole prompt, and three of them exceed
+    the step's token budget). With the engine's own prefix cache emptied before every other
+    run (each first try of a run), that run's admission misses: it is discarded, its prompts
+    computed again and the run repeated (as a decode point's), and every retained row is the
+    point's exact step. (Before, the first step's partial admission failed the point: H100,
+    qwen3-0.6b, context 8192, 4 of 1,008 points skipped.)"""
+    from pytest_sdbench.measure.runs import EngineRuns
+    k = sdbench_engine.spec.draft_depth
+    settings = sdbench_engine.identity.settings
+    budget = settings.max_num_batched_tokens.value
+    context = min(budget // 2, settings.max_model_len.value - 64)
+    assert 3 * context > budget   # uncached, the three prompts cannot share one step
+    grid = parse_grid({"mixed": [{"draft_depth": k, "decode_batch_size": 3,
+                                  "context_tokens": context,
+                                  "acceptance_length": sdbench_engine.spec
+                                  .synthetic_acceptance_length,
+                                  "prefill_batch_size": 1, "prefill_tokens": 40}]})
+    admitting, calls = EngineRuns.run_admitting, []
+
+    def evicting(self, *args):
+        if len(calls) % 2 == 0:   # a first try: evicted since its seed; its retry is not
+            assert sdbench_engine.llm.reset_prefix_cache()
+        calls.append(1)
+        return admitting(self, *args)
+    monkeypatch.setattr(EngineRuns, "run_admitting", evicting)
+    run = sdbench_collect("mixed", grid, repeats=2)
+    a = run.artifact
+    assert a.status == STATUS_COMPLETE, a.coverage.skipped_points
+    assert run.result.breakdown.counts.get("reseeds", 0) >= 2
+    assert len(a.mixed) == 2
+    for o in a.mixed:
+        decoding, prefilling = _kinds(o.snapshot)
+        assert [(r.new_tokens, r.draft_tokens) for r in decoding] == [(1, k)] * 3
+        assert [r.new_tokens for r in prefilling] == [40]
+    assert observation_violations(a) == []
+    assert validate_data(typed.encode(a)).ok

@@ -94,7 +94,8 @@ class DecodeRunner:
         first = steps[0].snapshot
         if first.phase != PHASE_PREFILL or len(first.requests) != point.batch_size:
             raise PointFailed(f"the {booking} run's first step did not admit every request "
-                              "of the point at once (the seeded prompts left the cache?)")
+                              "of the point at once, though each was a full cache hit (the "
+                              "step's token budget or max_num_seqs)")
         return Outcome(steps[SETTLED_FIRST_STEP - 1], steps)
 
     def observations(self, index: int, state: PointState, outcome: Outcome, clock,

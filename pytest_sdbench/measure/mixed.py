@@ -100,17 +100,24 @@ class MixedRunner:
 
 def _mixed_step(point: MixedPoint, steps, decode_ids, prefill_ids, booking: Booking,
                 block_size: int, prompts):
-    """The run's mixed step: its decode batch admitted in one step from the prefix cache
-    (else CacheMiss), the prefills admitted in the planned run step MIXED_STEP_INDEX and
+    """The run's mixed step: its decode batch admitted from the prefix cache (else
+    CacheMiss: a prompt evicted since its seed is prefilled again, and a batch of long ones
+    no longer fits one step; checked first, as decode.py does, so that it is re-seeded) and
+    in one step, the prefills admitted in the planned run step MIXED_STEP_INDEX and
     prefilled whole there, their prefix a cache hit (else CacheMiss). PointFailed names what
     differs."""
-    if not steps or not set(decode_ids) <= {r.request_id for r in steps[0].snapshot.requests}:
-        raise PointFailed(f"the {booking} run's first step did not admit every request of the "
-                          "decode batch at once (the seeded prompts left the cache?)")
-    hits = [r.kv_tokens for r in steps[0].snapshot.requests if r.request_id in set(decode_ids)]
+    admitted: dict[str, int] = {}   # each decode request's KV read in the step admitting it
+    for step in steps:
+        for r in step.snapshot.requests:
+            admitted.setdefault(r.request_id, r.kv_tokens)
+    hits = [admitted.get(i, 0) for i in decode_ids]
     if missed_the_cache(hits, prompts, block_size):
         raise CacheMiss(f"the {booking} run's decode batch was admitted with cache hits {hits}, "
                         "short of its prompts' cached blocks (evicted since their seed)")
+    if not steps or not set(decode_ids) <= {r.request_id for r in steps[0].snapshot.requests}:
+        raise PointFailed(f"the {booking} run's first step did not admit every request of the "
+                          "decode batch at once, though each was a full cache hit (the step's "
+                          "token budget or max_num_seqs)")
     wanted = set(prefill_ids)
     holding = [(i, r) for i, r in enumerate(steps, start=1)
                if wanted & {q.request_id for q in r.snapshot.requests}]
