@@ -41,13 +41,14 @@ def main(paths: list[str]) -> None:
             spans = [r.prefill_tokens for r in interp.lattice
                      if r.decode_batch == row.decode_batch and r.graph_mode == got.graph_mode]
 
-            def at(tokens: int, b=row.decode_batch, kv=kv, mode=got.graph_mode):
-                return interp.price_mixed(b, 1, tokens, mode, decode_kv_tokens=kv)
+            def at(tokens: int, i=interp, b=row.decode_batch, kv=kv, mode=got.graph_mode):
+                return i.price_mixed(b, 1, tokens, mode, decode_kv_tokens=kv)
             top = max(spans)
             line, _ = extend_tokens(at(top), {"prefill_tokens": top}, at, spans, HELD_OUT, [])
+            along = line.seconds or 0.0
             print(f"| {artifact.run_id[:12]} | {row.decode_batch} | {row.seconds * 1e3:.2f} | "
                   f"{got.seconds * 1e3:.2f} | {got.seconds / row.seconds - 1:+.1%} | "
-                  f"{(line.seconds or 0) * 1e3:.2f} | {(line.seconds or 0) / row.seconds - 1:+.1%} |")
+                  f"{along * 1e3:.2f} | {along / row.seconds - 1:+.1%} |")
 
 
 if __name__ == "__main__":

@@ -341,14 +341,14 @@ class ProfilePrice:
                                 top: int, mode: str) -> tuple[Priced, dict, list[str]] | None:
         """A mixed step of more prompt tokens than the lattice measured (several long prompts
         admitted at once), whose prompts the prefill rows measured as they are: MIXED_RULE's
-        terms with the decodes' share read at the lattice's top (at the step's own decodes
-        where the lattice prices them, else at `decode_batch`, the nearest it measured). The prefill rows' price of
+        terms with the decodes' share read at the lattice's top. The prefill rows' price of
         the step's prompts, plus what the decodes added beside one uncached prompt of `top`
         tokens (the lattice's price there less the prefill rows' price of that prompt; none
-        where the two rows' noise leaves less than nothing). Extending the lattice's line
-        instead priced 7 prompts of 2,048 tokens beside one decode at 30 ms, where the
-        prefill row of those 7 prompts alone measured 42 (H100, qwen3-0.6b). None where the
-        prefill rows do not reach the prompts unclamped."""
+        where the two rows' noise leaves less than nothing), at the step's own decodes where
+        the lattice prices them, else at `decode_batch` (the nearest it measured).
+        Extending the lattice's line instead priced 7 prompts of 2,048 tokens beside one
+        decode at 30 ms, where the prefill row of those 7 prompts alone measured 42 (H100,
+        qwen3-0.6b). None where the prefill rows do not reach the prompts unclamped."""
         i = self.interpolator
         tokens, cached = shape.prefill_tokens, shape.prefill_kv_tokens
         prompts = self._prefill_near(shape.prefill_requests, tokens, cached,
