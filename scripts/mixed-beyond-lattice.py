@@ -38,6 +38,9 @@ def main(paths: list[str]) -> None:
                                   draft_tokens=row.decode_batch * price.draft_depth,
                                   prefill_requests=1, prefill_tokens=HELD_OUT,
                                   total_scheduled_tokens=row.scheduled_tokens))
+            if "decodes_beside_at" not in (got.priced_at or {}):
+                raise SystemExit(f"decode batch {row.decode_batch}: not priced from the prefill "
+                                 f"rows ({got.how}); the first column would not be theirs")
             spans = [r.prefill_tokens for r in interp.lattice
                      if r.decode_batch == row.decode_batch and r.graph_mode == got.graph_mode]
 

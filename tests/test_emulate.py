@@ -455,6 +455,9 @@ def test_mixed_rows_price_a_mixed_step_and_the_nearest_outside():
     at = got.priced_at
     assert "decodes_beside_at" not in at
     assert (at["decode_requests"], at["prefill_tokens"]) == (2, 64)
+    assert got.seconds == interp.price_mixed(
+        2, at["prefill_requests"], 64, got.graph_mode, decode_kv_tokens=at["decode_kv_tokens"],
+        prefill_kv_tokens=at["prefill_kv_tokens"]).seconds
 
 
 def test_a_mixed_step_of_more_prompt_tokens_than_measured_is_extended_not_clamped():

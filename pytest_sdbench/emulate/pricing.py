@@ -20,8 +20,9 @@ top and extended along the line through the two highest measured rows (extend_to
 record names both and the tokens asked). A mixed step of more prompt tokens than its lattice
 measured, whose prompts the prefill rows measured as they are, is priced from those rows plus
 the decodes' share at the lattice's top (_prompts_beside_decodes; its record names the top as
-decodes_beside_at): a line through one long prompt's rows prices several shorter prompts of
-the same tokens a quarter short. What clamping cannot reach (a mixed step whose terms
+decodes_beside_at): a line through one long prompt's rows priced 7 prompts of 2,048 tokens
+beside one decode below the prefill row of those 7 prompts alone (30 against 42 ms, H100,
+qwen3-0.6b). What clamping cannot reach (a mixed step whose terms
 fall apart) is priced by the rule of a mixed step without rows, then by the nearest
 measured point, each said so. The engine never stops on a price.
 
@@ -313,8 +314,8 @@ class ProfilePrice:
         kv_decode = near[1]["decode_kv_tokens"] if near else bd * (i.lattice_context or 0)
         if shape.prefill_tokens > max(spans):
             composed = self._prompts_beside_decodes(shape, bd, kv_decode, max(spans), mode)
-            if composed is not None:
-                return composed[0], composed[1], notes + composed[2], BASIS_ROWS
+            if composed is not None:   # its own notes: the ones above describe the clamping
+                return composed[0], composed[1], composed[2], BASIS_ROWS
         prompts, cached = shape.prefill_requests, shape.prefill_kv_tokens
         if (prompts, cached) != (1, 0):
             found = self._prefill_near(prompts, t, cached, i.prefill_mode(t) or mode)
@@ -356,8 +357,12 @@ class ProfilePrice:
         alone = self._prefill_near(1, top, 0, i.prefill_mode(top) or mode)
         beside = i.price_mixed(shape.decode_requests, 1, top, mode,
                                decode_kv_tokens=shape.decode_kv_tokens)
+        notes = [f"{tokens} prefill tokens beyond the lattice's {top}: the prompts from the "
+                 "prefill rows, the decodes' share at the top"]
         if beside.seconds is None:   # the decodes outside the lattice: at its nearest batch
             beside = i.price_mixed(decode_batch, 1, top, mode, decode_kv_tokens=decode_kv)
+            notes.append(f"decode batch {shape.decode_requests} at the mixed lattice's "
+                         f"measured {decode_batch}")
         else:
             decode_batch, decode_kv = shape.decode_requests, shape.decode_kv_tokens
         if prompts is None or prompts[2] or alone is None or alone[2] \
@@ -371,9 +376,7 @@ class ProfilePrice:
                f"+{1e3 * decodes:.4f} ms")
         where = {"decode_requests": decode_batch, "decode_kv_tokens": decode_kv,
                  **prompts[1], "decodes_beside_at": top}
-        note = (f"{tokens} prefill tokens beyond the lattice's {top}: the prompts from the "
-                "prefill rows, the decodes' share at the top")
-        return Priced(seconds=seconds, how=how, basis=BASIS_ROWS), where, [note]
+        return Priced(seconds=seconds, how=how, basis=BASIS_ROWS), where, notes
 
     def _nearest_point(self, shape: StepShape, mode: str) -> MeasuredPoint:
         i = self.interpolator

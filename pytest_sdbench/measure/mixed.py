@@ -110,14 +110,17 @@ def _mixed_step(point: MixedPoint, steps, decode_ids, prefill_ids, booking: Book
     for step in steps:
         for r in step.snapshot.requests:
             admitted.setdefault(r.request_id, r.kv_tokens)
-    hits = [admitted.get(i, 0) for i in decode_ids]
-    if missed_the_cache(hits, prompts, block_size):
+    # the requests scheduled at all (one never scheduled waited: no cache reading of its own)
+    scheduled = [(admitted[i], p) for i, p in zip(decode_ids, prompts, strict=True)
+                 if i in admitted]
+    hits = [h for h, _ in scheduled]
+    if missed_the_cache(hits, [p for _, p in scheduled], block_size):
         raise CacheMiss(f"the {booking} run's decode batch was admitted with cache hits {hits}, "
                         "short of its prompts' cached blocks (evicted since their seed)")
     if not steps or not set(decode_ids) <= {r.request_id for r in steps[0].snapshot.requests}:
         raise PointFailed(f"the {booking} run's first step did not admit every request of the "
-                          "decode batch at once, though each was a full cache hit (the step's "
-                          "token budget or max_num_seqs)")
+                          "decode batch at once, though each it scheduled was a full cache hit "
+                          "(the step's token budget, the KV cache or max_num_seqs)")
     wanted = set(prefill_ids)
     holding = [(i, r) for i, r in enumerate(steps, start=1)
                if wanted & {q.request_id for q in r.snapshot.requests}]
