@@ -23,7 +23,7 @@ from ..wire.points import MixedPoint, mixed_run_tokens
 from ..wire.shape import mixed_mismatch
 from .decode import synthetic_acceptance
 from .phase import Outcome
-from .prompt_pool import missed_the_cache
+from .prompt_pool import admitted_kv, missed_the_cache
 from .result import CacheMiss, PointFailed, PointState
 from .runs import EngineRuns
 
@@ -106,10 +106,7 @@ def _mixed_step(point: MixedPoint, steps, decode_ids, prefill_ids, booking: Book
     in one step, the prefills admitted in the planned run step MIXED_STEP_INDEX and
     prefilled whole there, their prefix a cache hit (else CacheMiss). PointFailed names what
     differs."""
-    admitted: dict[str, int] = {}   # each decode request's KV read in the step admitting it
-    for step in steps:
-        for r in step.snapshot.requests:
-            admitted.setdefault(r.request_id, r.kv_tokens)
+    admitted = admitted_kv(steps)
     # the requests scheduled at all (one never scheduled waited: no cache reading of its own)
     scheduled = [(admitted[i], p) for i, p in zip(decode_ids, prompts, strict=True)
                  if i in admitted]

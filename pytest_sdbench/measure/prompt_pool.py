@@ -51,13 +51,20 @@ def missed_the_cache(hits: Sequence[int], prompts: Sequence[Sequence[int]],
                for h, p in zip(hits, prompts, strict=True))
 
 
-def admission_hits(steps, requests: int) -> list[int]:
-    """Each request's prefix-cache hit, as the engine's num_cached_tokens counts it: the KV
-    tokens it read in the step that admitted it (0 for one never scheduled)."""
+def admitted_kv(steps) -> dict[str, int]:
+    """Each scheduled request's prefix-cache hit, as the engine's num_cached_tokens counts
+    it: the KV tokens it read in the step that admitted it, by request ID."""
     first: dict[str, int] = {}
     for step in steps:
         for r in step.snapshot.requests:
             first.setdefault(r.request_id, r.kv_tokens)
+    return first
+
+
+def admission_hits(steps, requests: int) -> list[int]:
+    """Each request's prefix-cache hit (admitted_kv), in admission order, 0 for one never
+    scheduled."""
+    first = admitted_kv(steps)
     return [*first.values(), *[0] * (requests - len(first))]
 
 
