@@ -355,6 +355,8 @@ class ProfilePrice:
         prompts = self._prefill_near(shape.prefill_requests, tokens, cached,
                                      i.prefill_mode(tokens) or mode)
         alone = self._prefill_near(1, top, 0, i.prefill_mode(top) or mode)
+        if prompts is None or prompts[2] or alone is None or alone[2]:
+            return None   # a prefill row clamped: not the prompts as they are
         beside = i.price_mixed(shape.decode_requests, 1, top, mode,
                                decode_kv_tokens=shape.decode_kv_tokens)
         notes = [f"{tokens} prefill tokens beyond the lattice's {top}: the prompts from the "
@@ -365,8 +367,7 @@ class ProfilePrice:
                          f"measured {decode_batch}")
         else:
             decode_batch, decode_kv = shape.decode_requests, shape.decode_kv_tokens
-        if prompts is None or prompts[2] or alone is None or alone[2] \
-                or beside.seconds is None:
+        if beside.seconds is None:
             return None
         decodes = max(0.0, beside.seconds - (alone[0].seconds or 0.0))
         seconds = (prompts[0].seconds or 0.0) + decodes
