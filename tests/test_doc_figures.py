@@ -356,21 +356,42 @@ ONE_HOST_06B_GRADE = EVIDENCE / "h100" / "one-host-06b-plan-grade"
 
 def test_the_06b_plan_grade_emulation_figures_are_its_report():
     """one-host-06b-plan-grade's table (emulated against real `vllm serve` on one H100, one
-    lease) is its emulation.json's summary; the top README states its two medians; the
-    NVML reads during the emulation show no GPU memory taken and no process."""
+    lease) is its emulation.json's summary; the NVML reads during the emulation show no GPU
+    memory taken and no process."""
     summary = _emulation_table_is_its_summary(ONE_HOST_06B_GRADE / "README.md",
                                               ONE_HOST_06B_GRADE / "emulation.json.xz")
     assert summary["goal"] == {"TTFT": False, "TPOT": True}
-    top = _flat((ROOT / "README.md").read_text())
-    assert (f"TTFT {100 * summary['TTFT']['median_abs_error']:.1f}%, TPOT "
-            f"{100 * summary['TPOT']['median_abs_error']:.1f}% median") in top
-    reads = (ONE_HOST_06B_GRADE / "gpu-memory.csv").read_text().splitlines()[1:]
-    assert len(reads) == 26
-    for line in reads:
+    _no_gpu_taken(ONE_HOST_06B_GRADE, reads=26)
+
+
+BOTH_PRESETS = EVIDENCE / "h100" / "both-presets-one-host"
+
+
+@pytest.mark.parametrize("preset, folder, reads", [("qwen3-0.6b", "06b", 28),
+                                                   ("qwen3-8b", "8b", 35)])
+def test_the_both_presets_emulation_figures_are_their_reports(preset, folder, reads):
+    """both-presets-one-host's tables (each preset emulated against real `vllm serve` on one
+    H100, one lease) are their emulation.json's summaries; the folder's README and the top
+    README state the two medians; the NVML reads show no GPU memory taken and no process."""
+    summary = _emulation_table_is_its_summary(BOTH_PRESETS / folder / "README.md",
+                                              BOTH_PRESETS / folder / "emulation.json.xz")
+    assert summary["goal"] == {"TTFT": False, "TPOT": True}
+    ttft, tpot = (f"{100 * summary[n]['median_abs_error']:.1f}%" for n in ("TTFT", "TPOT"))
+    assert f"| {preset} | {ttft} |" in (BOTH_PRESETS / "README.md").read_text()
+    assert f"read TTFT {ttft}, TPOT {tpot} median" in _flat((ROOT / "README.md").read_text())
+    _no_gpu_taken(BOTH_PRESETS / folder, reads=reads)
+
+
+def _no_gpu_taken(folder: Path, reads: int) -> None:
+    """nvidia-smi's reads during an emulation (gpu-memory.csv): `reads` of them, each at most
+    4 MiB used and 0% utilisation; compute-apps.csv lists no process."""
+    lines = (folder / "gpu-memory.csv").read_text().splitlines()[1:]
+    assert len(lines) == reads
+    for line in lines:
         _, used, util = (x.strip() for x in line.split(","))
         assert int(used.split()[0]) <= 4, line
         assert util == "0 %", line
-    assert (ONE_HOST_06B_GRADE / "compute-apps.csv").read_text().splitlines()[1:] == []
+    assert (folder / "compute-apps.csv").read_text().splitlines()[1:] == []
 
 
 def _emulation_table_is_its_summary(readme_path: Path, report: Path) -> dict:
